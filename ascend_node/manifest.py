@@ -1,0 +1,395 @@
+"""Volcano Job manifests for jobs whose containers run ascend-node.
+
+A manifest is part of the agent's contract, not decoration: the exit codes the agent
+uses (4 = peers timed out, retryable; 5 = cluster inconsistent, not retryable) only
+help if the Job's policies act on them; the identity step needs the `env`/`svc`
+plugins, tasks named `master` and `worker`, and the downward-API variables; the probes
+must wait at least as long as the agent may wait for its peers. Rendering the manifest
+from the same constants keeps those promises in one place, so hand-edited copies cannot
+drift. This module is pure (no I/O, no typer): `render_job` returns a dict,
+`render_yaml` its YAML text.
+
+YAML is emitted by a small block-style emitter here because PyYAML is not a runtime
+dependency. Every string that a YAML 1.1/1.2 reader could take for something else is
+double-quoted, so `yaml.safe_load(render_yaml(p)) == render_job(p)` (tested).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Any, Literal, Optional
+
+from ascend_node.errors import ClusterInconsistent, ConfigError, PeerTimeout
+
+Kind = Literal["mindie", "training"]
+KINDS = ("mindie", "training")
+
+API_VERSION = "batch.volcano.sh/v1alpha1"
+DEFAULT_NPU_RESOURCE = "huawei.com/Ascend910"
+
+# The image's ENTRYPOINT, repeated in the manifest so that the pod runs the agent even
+# when an image's own ENTRYPOINT differs (any image with tini and ascend-node on PATH).
+ENTRYPOINT = ["tini", "--", "ascend-node", "boot", "--"]
+STATUS_COMMAND = ["ascend-node", "status"]
+
+# Volcano's job policies read the exit code of the pod's first container once the pod
+# has *failed*; with any other restartPolicy the kubelet restarts the container in place
+# and the policy never fires.
+EXIT_CODE_ACTIONS = (
+    (PeerTimeout.exit_code, "RestartJob"),
+    (ClusterInconsistent.exit_code, "AbortJob"),
+)
+MAX_RETRY = 3
+
+# Probes. The startup probe must outlast the agent's own --timeout (which counts from
+# its start) plus the time to install atb_llm, capture set_env.sh and patch config.json;
+# otherwise the kubelet kills a node that is still legitimately waiting, and the pod
+# fails with 137 instead of the agent's meaningful exit code 4.
+STARTUP_PERIOD_S = 10
+STARTUP_GRACE_S = 300
+PROBE_TIMEOUT_S = 10
+READINESS_PERIOD_S = 30
+READINESS_FAILURES = 3
+
+MINDIE_HTTP_PORT = 1025  # ServerConfig.port in MindIE's default config.json
+MINDIE_MAX_NODES = 60  # MindIE rejects server_count above 60
+MAX_HOSTNAME = 63  # the svc plugin sets each pod's hostname to its pod name
+
+_DNS1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+_DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_DNS1123_SUBDOMAIN = re.compile(
+    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+)
+_RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+# MindIE refuses paths with other characters; the model dir holds the shared table.
+_SAFE_PATH = re.compile(r"^/[0-9A-Za-z_./-]+$")
+_RESOURCE_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+
+
+@dataclass(frozen=True)
+class ManifestParams:
+    """Everything a rendered Job depends on; validated on construction.
+
+    Fields without defaults come first (dataclass rule): pass them by keyword.
+    `command` is what `ascend-node boot --` execs (None: the MindIE daemon); training
+    has no sensible default launcher, so it must be given.
+    """
+
+    kind: Kind
+    name: str
+    nodes: int
+    image: str
+    pvc: str
+    run_id: str
+    npus_per_node: int = 8
+    model_path: str = "/mnt/model"
+    namespace: Optional[str] = None
+    rdma_resource: Optional[str] = None
+    queue: str = "default"
+    timeout: int = 900
+    command: Optional[list[str]] = None
+    npu_resource: str = DEFAULT_NPU_RESOURCE
+    mount_driver: bool = True
+
+    def __post_init__(self) -> None:
+        validate(self)
+
+
+def validate(p: ManifestParams) -> None:
+    """Raise ConfigError naming the first bad value, with what would be accepted."""
+    if p.kind not in KINDS:
+        raise ConfigError(f"manifest kind {p.kind!r} is not one of {', '.join(KINDS)}",
+                          "use --kind mindie or --kind training")
+    _check_int("nodes", p.nodes, 1, MINDIE_MAX_NODES if p.kind == "mindie" else 100_000)
+    _check_int("npus_per_node", p.npus_per_node, 1, 16)
+    _check_int("timeout", p.timeout, 1, 7 * 24 * 3600)
+    if not isinstance(p.name, str) or not _DNS1035_LABEL.match(p.name):
+        raise ConfigError(
+            f"job name {p.name!r} is not a DNS-1035 label",
+            "use lower-case letters, digits and '-', starting with a letter "
+            "(the svc plugin names a Service after the job)",
+        )
+    longest = pod_names(p.name, p.nodes)[-1]
+    if len(longest) > MAX_HOSTNAME:
+        raise ConfigError(
+            f"job name {p.name!r} is too long for {p.nodes} node(s): pod hostname "
+            f"{longest!r} has {len(longest)} characters (max {MAX_HOSTNAME})",
+            f"shorten the name to at most {MAX_HOSTNAME - len(longest) + len(p.name)} characters",
+        )
+    if not isinstance(p.image, str) or not p.image or any(c.isspace() for c in p.image):
+        raise ConfigError(f"image {p.image!r} is empty or contains whitespace",
+                          "give an image reference such as registry/mindie:2.1-ascend-node")
+    _check_subdomain("pvc", p.pvc)
+    _check_subdomain("queue", p.queue)
+    if p.namespace is not None and (len(p.namespace) > 63 or not _DNS1123_LABEL.match(p.namespace)):
+        raise ConfigError(f"namespace {p.namespace!r} is not a DNS-1123 label",
+                          "use lower-case letters, digits and '-', at most 63 characters")
+    if not isinstance(p.run_id, str) or not _RUN_ID.match(p.run_id):
+        raise ConfigError(
+            f"run id {p.run_id!r} is not 1-63 characters of [A-Za-z0-9_.-] starting with a "
+            "letter or digit",
+            "the run id becomes part of file names on the shared volume; e.g. llama-20250101",
+        )
+    if (not isinstance(p.model_path, str) or not _SAFE_PATH.match(p.model_path)
+            or p.model_path.rstrip("/") == "" or ".." in p.model_path.split("/")):
+        raise ConfigError(
+            f"model path {p.model_path!r} is not an absolute path of [0-9A-Za-z_./-]",
+            "MindIE refuses other characters in paths; e.g. /mnt/model",
+        )
+    _check_resource("npu_resource", p.npu_resource)
+    if p.rdma_resource is not None:
+        _check_resource("rdma_resource", p.rdma_resource)
+    if p.command is not None and (
+        not isinstance(p.command, list) or not p.command
+        or not all(isinstance(a, str) and "\0" not in a for a in p.command) or not p.command[0]
+    ):
+        raise ConfigError(f"command {p.command!r} is not a non-empty list of strings",
+                          "give the program and its arguments after --")
+    if p.kind == "training" and p.command is None:
+        raise ConfigError(
+            "training manifest has no launcher command",
+            "give it after --, e.g. -- bash -c 'exec msrun --worker_num=$WORLD_SIZE "
+            "--local_worker_num=8 --master_addr=$MASTER_IP ... run_mindformer.py ...'",
+        )
+
+
+def _check_int(field: str, value: object, lo: int, hi: int) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= hi:
+        raise ConfigError(f"{field} {value!r} is out of range", f"use an integer from {lo} to {hi}")
+
+
+def _check_subdomain(field: str, value: object) -> None:
+    if not isinstance(value, str) or len(value) > 253 or not _DNS1123_SUBDOMAIN.match(value):
+        raise ConfigError(f"{field} {value!r} is not a DNS-1123 subdomain",
+                          "use lower-case letters, digits, '-' and '.', at most 253 characters")
+
+
+def _check_resource(field: str, value: object) -> None:
+    """Extended resources are `<domain>/<name>` (e.g. rdma/hca, huawei.com/Ascend910)."""
+    prefix, _, name = value.partition("/") if isinstance(value, str) else ("", "", "")
+    if (not prefix or len(prefix) > 253 or not _DNS1123_SUBDOMAIN.match(prefix)
+            or not name or len(name) > 63 or not _RESOURCE_NAME.match(name)):
+        raise ConfigError(f"{field} {value!r} is not an extended resource name <domain>/<name>",
+                          "e.g. rdma/hca or huawei.com/Ascend910")
+
+
+def pod_names(name: str, nodes: int) -> list[str]:
+    """Pod names in global node order, as Volcano names them (<job>-<task>-<index>)."""
+    return [f"{name}-master-0"] + [f"{name}-worker-{i}" for i in range(nodes - 1)]
+
+
+def startup_failure_threshold(timeout: int) -> int:
+    """Probe failures the startup probe tolerates: longer than the agent may wait."""
+    return math.ceil((timeout + STARTUP_GRACE_S) / STARTUP_PERIOD_S)
+
+
+def render_job(p: ManifestParams) -> dict[str, Any]:
+    """The Volcano Job for `p`: a `master` task (1 pod) and a `worker` task (nodes-1 pods)."""
+    labels = {"app.kubernetes.io/name": p.kind, "app.kubernetes.io/instance": p.name,
+              "app.kubernetes.io/managed-by": "ascend-node"}
+    metadata: dict[str, Any] = {"name": p.name}
+    if p.namespace is not None:
+        metadata["namespace"] = p.namespace
+    metadata["labels"] = labels
+    tasks = [_task(p, "master", 1)]
+    if p.nodes > 1:
+        tasks.append(_task(p, "worker", p.nodes - 1))
+    # The svc plugin's NetworkPolicy admits only pods of the job; MindIE's master must
+    # also accept inference requests from outside it.
+    svc_args = ["--disable-network-policy=true"] if p.kind == "mindie" else []
+    policies: list[dict[str, Any]] = [
+        {"exitCode": code, "action": action} for code, action in EXIT_CODE_ACTIONS
+    ]
+    # A lost pod invalidates everyone's rank table: start a new attempt together.
+    policies.append({"event": "PodEvicted", "action": "RestartJob"})
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "Job",
+        "metadata": metadata,
+        "spec": {
+            "schedulerName": "volcano",
+            "queue": p.queue,
+            "minAvailable": p.nodes,
+            "maxRetry": MAX_RETRY,
+            "plugins": {"env": [], "svc": svc_args},
+            "policies": policies,
+            "tasks": tasks,
+        },
+    }
+
+
+def _task(p: ManifestParams, role: str, replicas: int) -> dict[str, Any]:
+    labels = {"app.kubernetes.io/name": p.kind, "app.kubernetes.io/instance": p.name,
+              "app.kubernetes.io/component": role}
+    spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{
+            "labelSelector": {"matchLabels": {"app.kubernetes.io/instance": p.name}},
+            "topologyKey": "kubernetes.io/hostname",
+        }]}},
+        "containers": [_container(p, role)],
+        "volumes": _volumes(p),
+    }
+    return {"name": role, "replicas": replicas,
+            "template": {"metadata": {"labels": labels}, "spec": spec}}
+
+
+def _container(p: ManifestParams, role: str) -> dict[str, Any]:
+    env: list[dict[str, Any]] = [
+        {"name": "ROLE", "value": role},
+        {"name": "MODEL_PATH", "value": p.model_path},
+        {"name": "ASCEND_NODE_RUN_ID", "value": p.run_id},
+        {"name": "ASCEND_NODE_TIMEOUT", "value": str(p.timeout)},
+        _field_env("POD_UID", "metadata.uid"),
+        _field_env("K8S_POD_IP", "status.podIP"),
+        _field_env("K8S_HOST_IP", "status.hostIP"),
+    ]
+    if p.nodes == 1:
+        # With no worker task the svc plugin injects no VC_WORKER_NUM at all.
+        env.append({"name": "VC_WORKER_NUM", "value": "0"})
+    amounts = {p.npu_resource: str(p.npus_per_node)}
+    if p.rdma_resource is not None:
+        amounts[p.rdma_resource] = "1"
+    c: dict[str, Any] = {
+        "name": p.kind,
+        "image": p.image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": list(ENTRYPOINT),
+    }
+    if p.command is not None:
+        c["args"] = list(p.command)
+    c["env"] = env
+    if p.kind == "mindie":
+        c["ports"] = [{"name": "http", "containerPort": MINDIE_HTTP_PORT, "protocol": "TCP"}]
+    c["resources"] = {"limits": dict(amounts), "requests": dict(amounts)}
+    if p.rdma_resource is not None:
+        # RDMA verbs pin (mlock) memory regions.
+        c["securityContext"] = {"capabilities": {"add": ["IPC_LOCK"]}}
+    c["startupProbe"] = _probe(STARTUP_PERIOD_S, startup_failure_threshold(p.timeout))
+    c["readinessProbe"] = _probe(READINESS_PERIOD_S, READINESS_FAILURES)
+    c["terminationMessagePolicy"] = "FallbackToLogsOnError"
+    mounts: list[dict[str, Any]] = [{"name": "model", "mountPath": p.model_path},
+              {"name": "shm", "mountPath": "/dev/shm"}]
+    if p.mount_driver:
+        mounts += [
+            {"name": "ascend-driver", "mountPath": "/usr/local/Ascend/driver", "readOnly": True},
+            {"name": "hccn-conf", "mountPath": "/etc/hccn.conf", "readOnly": True},
+        ]
+    c["volumeMounts"] = mounts
+    return c
+
+
+def _field_env(name: str, path: str) -> dict[str, Any]:
+    return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}}
+
+
+def _probe(period: int, failures: int) -> dict[str, Any]:
+    return {"exec": {"command": list(STATUS_COMMAND)}, "periodSeconds": period,
+            "timeoutSeconds": PROBE_TIMEOUT_S, "failureThreshold": failures}
+
+
+def _volumes(p: ManifestParams) -> list[dict[str, Any]]:
+    vols: list[dict[str, Any]] = [
+        {"name": "model", "persistentVolumeClaim": {"claimName": p.pvc}},
+        {"name": "shm", "emptyDir": {"medium": "Memory"}},
+    ]
+    if p.mount_driver:
+        vols += [
+            {"name": "ascend-driver",
+             "hostPath": {"path": "/usr/local/Ascend/driver", "type": "Directory"}},
+            {"name": "hccn-conf", "hostPath": {"path": "/etc/hccn.conf", "type": "File"}},
+        ]
+    return vols
+
+
+def render_yaml(p: ManifestParams) -> str:
+    """The Job as a YAML document (for `kubectl apply -f -`)."""
+    header = (f"# Volcano Job rendered by ascend-node: kind={p.kind} nodes={p.nodes} "
+              f"npus_per_node={p.npus_per_node}\n")
+    return header + to_yaml(render_job(p))
+
+
+# --- a minimal YAML emitter for JSON-like data -------------------------------------
+
+_MAX_IMPLICIT_KEY = 1000
+_PLAIN = re.compile(r"^[A-Za-z_/][A-Za-z0-9_./-]*$")
+# Words YAML 1.1 readers (PyYAML, older kubectl) turn into booleans or null.
+_RESERVED = frozenset(["y", "n", "yes", "no", "on", "off", "true", "false", "null"])
+
+
+def to_yaml(data: Any) -> str:
+    """Block-style YAML for dicts with str keys, lists, str, int, bool and None.
+
+    Floats are refused: YAML 1.1 readers take `1e+100` for a string, and a Job needs none.
+    """
+    return "\n".join(_lines(data)) + "\n"
+
+
+def _lines(data: Any) -> list[str]:
+    if isinstance(data, dict):
+        if not data:
+            return ["{}"]
+        out: list[str] = []
+        for key, value in data.items():
+            if not isinstance(key, str):
+                raise TypeError(f"YAML keys must be strings, got {key!r}")
+            key_text = _scalar(key)
+            if len(key_text) > _MAX_IMPLICIT_KEY:
+                # YAML limits implicit keys to 1024 characters; use an explicit key.
+                out.append(f"? {key_text}")
+                key_text = ""
+            if _is_block(value):
+                out.append(f"{key_text}:")
+                out.extend("  " + line for line in _lines(value))
+            else:
+                out.append(f"{key_text}: {_lines(value)[0]}")
+        return out
+    if isinstance(data, list):
+        if not data:
+            return ["[]"]
+        out = []
+        for item in data:
+            sub = _lines(item)
+            out.append("- " + sub[0])
+            out.extend("  " + line for line in sub[1:])
+        return out
+    return [_scalar(data)]
+
+
+def _is_block(value: Any) -> bool:
+    return isinstance(value, (dict, list)) and bool(value)
+
+
+def _scalar(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, str):
+        if _PLAIN.match(value) and value.lower() not in _RESERVED:
+            return value
+        return _quote(value)
+    raise TypeError(f"cannot emit {type(value).__name__} as YAML")
+
+
+def _quote(s: str) -> str:
+    """A YAML double-quoted scalar, ASCII only (escapes valid in YAML 1.1 and 1.2)."""
+    out = ['"']
+    for ch in s:
+        code = ord(ch)
+        if ch in '"\\':
+            out.append("\\" + ch)
+        elif 0x20 <= code < 0x7F:
+            out.append(ch)
+        elif code <= 0xFF:
+            out.append(f"\\x{code:02x}")
+        elif code <= 0xFFFF:
+            out.append(f"\\u{code:04x}")
+        else:
+            out.append(f"\\U{code:08x}")
+    out.append('"')
+    return "".join(out)
