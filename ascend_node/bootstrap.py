@@ -1,0 +1,164 @@
+"""The chain, step by step (DESIGN "The chain"): each step a function the CLI calls.
+
+Kept apart from `cli.py` so the chain can be driven (and tested) without a command
+line, and so commands stay thin.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from ascend_node import devices as dev
+from ascend_node import logs
+from ascend_node.errors import AscendNodeError, ConfigError
+from ascend_node.hostinfo import default_route_ip, sandbox_facts
+from ascend_node.identity import NodeIdentity, fallback_incarnation, read_identity
+from ascend_node.outputs import StatusDoc, write_status, write_table_outputs
+from ascend_node.rendezvous.models import DeviceRecord, MemberData
+from ascend_node.rendezvous.protocol import Rendezvous, node0_failure, publish_failure
+from ascend_node.rendezvous.store import RunPaths
+from ascend_node.settings import Settings
+
+log = logging.getLogger("ascend_node")
+
+
+@dataclass(frozen=True)
+class Discovery:
+    identity: NodeIdentity
+    devices: tuple[dev.Device, ...]
+    device_source: str
+    hccn_tool: str
+
+
+@dataclass(frozen=True)
+class TableResult:
+    discovery: Discovery
+    run_id: str
+    attempt_id: str
+    table: dict[str, Any]
+    table_text: str
+    env: dict[str, str]
+    shared_table: Path
+    seconds: float
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def identify(environ: Mapping[str, str]) -> NodeIdentity:
+    def fallback(pod_ip: str) -> str:
+        hostname, boot_id, netns = sandbox_facts()
+        return fallback_incarnation(pod_ip, hostname, boot_id, netns)
+
+    return read_identity(environ, default_route_ip, fallback)
+
+
+def discover(
+    settings: Settings, environ: Mapping[str, str], identity: Optional[NodeIdentity] = None
+) -> Discovery:
+    """Steps 1-2: identity, then devices and their RoCE IPs. Writes nothing."""
+    identity = identity or identify(environ)
+    npu_smi = dev.resolve_tool(settings.npu_smi, "npu-smi", dev.DEFAULT_NPU_SMI)
+    ids = dev.enumerate_devices(settings.devices, environ, npu_smi, settings.tool_timeout)
+    hccn_tool = dev.resolve_tool(settings.hccn_tool, "hccn_tool", dev.DEFAULT_HCCN_TOOL)
+    started = time.monotonic()
+    found, raw = dev.query_ips(ids.ids, hccn_tool, settings.tool_timeout,
+                               str(settings.hccn_conf))
+    log.debug("queried %d device IPs in %.3f s", len(found), time.monotonic() - started)
+    dev.check_device_ips(found, raw)
+    return Discovery(identity, tuple(found), ids.source, hccn_tool)
+
+
+def member_data(d: Discovery) -> MemberData:
+    return MemberData(
+        global_index=d.identity.global_index,
+        role=d.identity.role,  # type: ignore[arg-type]
+        task_index=d.identity.task_index,
+        pod_ip=d.identity.pod_ip,
+        host_ip=d.identity.host_ip,
+        devices=tuple(DeviceRecord(device_id=x.device_id, device_ip=x.ip) for x in d.devices),
+    )
+
+
+def require_rendezvous_settings(settings: Settings) -> tuple[Path, str]:
+    if settings.shared_dir is None:
+        raise ConfigError(
+            "no shared directory: --shared-dir, ASCEND_NODE_SHARED_DIR and MODEL_PATH are unset",
+            "mount the job's shared PVC and point --shared-dir (or MODEL_PATH) at it",
+        )
+    if not settings.shared_dir.is_dir():
+        raise ConfigError(
+            f"shared directory {settings.shared_dir} (from "
+            f"{settings.sources.get('shared_dir', '?')}) does not exist or is not a directory",
+            "mount the job's shared PVC there, or fix --shared-dir",
+        )
+    if not settings.run_id:
+        raise ConfigError(
+            "no run id: --run-id, ASCEND_NODE_RUN_ID, KUBEFLOW_RUN_ID and KFJ_RUN_ID are unset",
+            "set ASCEND_NODE_RUN_ID to a name shared by all pods of this job",
+        )
+    return settings.shared_dir, settings.run_id
+
+
+def ranktable(
+    settings: Settings, environ: Mapping[str, str], started: float, command: str = "ranktable",
+) -> TableResult:
+    """Steps 1-5: discover, meet the peers, write the table and the env files."""
+    deadline = started + settings.timeout
+    shared_dir, run_id = require_rendezvous_settings(settings)
+    paths = RunPaths(shared_dir, run_id)
+    status = StatusDoc(state="in_progress", phase="discover", command=command, run_id=run_id)
+    write_status(settings.state_dir, status)
+    identity: Optional[NodeIdentity] = None
+    try:
+        identity = identify(environ)
+        logs.set_node(identity.global_index, identity.pod_ip)
+        found = discover(settings, environ, identity)
+    except AscendNodeError as exc:
+        if identity is not None:
+            _publish_local_failure(paths, identity, exc, deadline)
+        raise
+    status = status.model_copy(update={"phase": "rendezvous", "node": identity.name})
+    write_status(settings.state_dir, status)
+    log.info("%d devices (%s), pod IP %s; joining run %s as %s of %d",
+             len(found.devices), found.device_source, identity.pod_ip, run_id, identity.name,
+             identity.node_count)
+    rdzv = Rendezvous(
+        paths=paths,
+        identity=identity,
+        data=member_data(found),
+        deadline=deadline,
+        timeout=settings.timeout,
+        poll_interval=settings.poll_interval,
+        progress_interval=settings.progress_interval,
+        allow_uneven_devices=settings.allow_uneven_devices,
+    )
+    outcome = rdzv.run()
+    import json
+
+    table = json.loads(outcome.ranktable_text)
+    env = write_table_outputs(
+        settings.state_dir, outcome.ranktable_text, table, identity.pod_ip,
+        settings.master_file, settings.world_size_file, settings.file_owner,
+    )
+    seconds = time.monotonic() - started
+    log.info("rank table ready (attempt %s, %d servers, world size %s) in %.2f s",
+             outcome.attempt_id, len(table["server_list"]), env["WORLD_SIZE"], seconds)
+    return TableResult(found, run_id, outcome.attempt_id, table, outcome.ranktable_text, env,
+                       paths.shared_table, seconds)
+
+
+def _publish_local_failure(
+    paths: RunPaths, identity: NodeIdentity, exc: AscendNodeError, deadline: float
+) -> None:
+    cause = exc.cause
+    wait = max(0.0, min(5.0, deadline - time.monotonic()))
+    if identity.global_index == 0:
+        aid = node0_failure(paths, identity, cause)
+    else:
+        aid = publish_failure(paths, identity, cause, wait)
+    if aid:
+        log.info("published this node's failure into attempt %s", aid)

@@ -1,0 +1,319 @@
+"""The command line: thin commands over `bootstrap`, one place that maps errors to exits.
+
+Results go to stdout (`--json` documents carry `schema_version`); logs and errors go to
+stderr. An error is one line naming the value at fault plus a hint, and the contract's
+exit code; a traceback only with `--debug` or `ASCEND_NODE_DEBUG=1`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any, Callable, Optional
+
+import typer
+
+from ascend_node import __version__, logs
+from ascend_node.errors import AscendNodeError, Terminated
+
+STARTED = time.monotonic()
+JSON_SCHEMA_VERSION = 1
+
+app = typer.Typer(
+    name="ascend-node",
+    help="Bootstrap agent for multi-node Huawei Ascend NPU jobs: discovers NPUs, meets peers "
+    "on a shared volume to build the HCCL rank table, and hands over to MindIE or a "
+    "training launcher.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+# ----------------------------------------------------------------- shared option types
+
+SharedDir = Annotated[Optional[Path], typer.Option(
+    "--shared-dir", help="Shared volume of the run [env ASCEND_NODE_SHARED_DIR, else $MODEL_PATH]",
+    show_default=False)]
+RunId = Annotated[Optional[str], typer.Option(
+    "--run-id", help="Run id [env ASCEND_NODE_RUN_ID, else KUBEFLOW_RUN_ID, KFJ_RUN_ID]",
+    show_default=False)]
+Timeout = Annotated[Optional[float], typer.Option(
+    "--timeout", help="Seconds to wait for peers, from start [env ASCEND_NODE_TIMEOUT; 900]",
+    show_default=False)]
+MasterFile = Annotated[Optional[Path], typer.Option(
+    "--master-file", help="[env ASCEND_NODE_MASTER_FILE; /master]", show_default=False)]
+WorldSizeFile = Annotated[Optional[Path], typer.Option(
+    "--world-size-file", help="[env ASCEND_NODE_WORLD_SIZE_FILE; /world_size]",
+    show_default=False)]
+StateDir = Annotated[Optional[Path], typer.Option(
+    "--state-dir", help="[env ASCEND_NODE_STATE_DIR; /run/ascend-node]", show_default=False)]
+Devices = Annotated[Optional[str], typer.Option(
+    "--devices", help="Physical NPU ids, e.g. 0-7 or 0,1,2,3 [env ASCEND_NODE_DEVICES]",
+    show_default=False)]
+HccnTool = Annotated[Optional[str], typer.Option(
+    "--hccn-tool", help="hccn_tool path [env ASCEND_NODE_HCCN_TOOL]", show_default=False)]
+FileOwner = Annotated[Optional[str], typer.Option(
+    "--file-owner", help="UID[:GID] owning the local table and config "
+    "[env ASCEND_NODE_FILE_OWNER]", show_default=False)]
+AllowUneven = Annotated[bool, typer.Option(
+    "--allow-uneven-devices", help="Allow different NPU counts per node (training) "
+    "[env ASCEND_NODE_ALLOW_UNEVEN_DEVICES]")]
+MasterPort = Annotated[Optional[int], typer.Option(
+    "--master-port", help="Port for launchers [env ASCEND_NODE_MASTER_PORT, MASTER_PORT; 8118]",
+    show_default=False)]
+Json = Annotated[bool, typer.Option("--json", help="Print a JSON document on stdout")]
+Verbose = Annotated[bool, typer.Option("--verbose", "-v",
+                                       help="Say where every setting came from")]
+Debug = Annotated[bool, typer.Option("--debug", help="Show tracebacks [env ASCEND_NODE_DEBUG=1]")]
+
+
+def _debug(flag: bool) -> bool:
+    return flag or os.environ.get("ASCEND_NODE_DEBUG", "") in ("1", "true", "yes")
+
+
+def _report(exc: BaseException, debug: bool) -> int:
+    if isinstance(exc, AscendNodeError):
+        code = exc.exit_code
+        text = f"ascend-node: error: {exc.cause}"
+        if exc.hint:
+            text += f"\n  hint: {exc.hint}"
+    else:
+        code = 1
+        text = (f"ascend-node: internal error: {exc.__class__.__name__}: {exc}\n"
+                "  hint: rerun with --debug and report the traceback")
+    if debug:
+        traceback.print_exception(type(exc), exc, exc.__traceback__, file=sys.stderr)
+    sys.stderr.flush()
+    print(text, file=sys.stderr, flush=True)
+    return code
+
+
+@contextmanager
+def _errors(debug: bool, on_failure: Optional[Callable[[BaseException, int], None]] = None
+            ) -> Iterator[None]:
+    try:
+        yield
+    except typer.Exit:
+        raise
+    except (AscendNodeError, OSError, ValueError, RuntimeError, KeyError, TypeError) as exc:
+        code = _report(exc, debug)
+        if on_failure is not None:
+            on_failure(exc, code)
+        raise typer.Exit(code) from None
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    raise Terminated(f"terminated by signal {signum} while waiting",
+                     "the pod is being stopped; nothing was left half-written")
+
+
+def _settings(verbose: bool, **flags: Any) -> Any:
+    from ascend_node.settings import describe_sources, resolve_settings
+
+    if flags.get("file_owner") is not None:
+        from ascend_node.settings import parse_owner
+
+        try:
+            flags["file_owner"] = parse_owner(flags["file_owner"])
+        except ValueError as exc:
+            from ascend_node.errors import UsageError
+
+            raise UsageError(f"--file-owner: {exc}", "use UID or UID:GID") from exc
+    settings = resolve_settings(flags, os.environ)
+    if verbose:
+        for line in describe_sources(settings):
+            print(f"ascend-node: setting {line}", file=sys.stderr)
+    return settings
+
+
+def _emit(doc: dict[str, Any]) -> None:
+    print(json.dumps({"schema_version": JSON_SCHEMA_VERSION, **doc}, indent=2))
+
+
+# ----------------------------------------------------------------------- commands
+
+
+@app.command()
+def discover(
+    devices: Devices = None, hccn_tool: HccnTool = None, json_out: Json = False,
+    verbose: Verbose = False, debug: Debug = False,
+) -> None:
+    """Identity and devices as this container sees them. Writes nothing."""
+    logs.setup(verbose, _debug(debug))
+    with _errors(_debug(debug)):
+        from ascend_node.bootstrap import discover as run_discover
+
+        settings = _settings(verbose, devices=devices, hccn_tool=hccn_tool)
+        found = run_discover(settings, os.environ)
+        ident = found.identity
+        doc = {
+            "identity": {
+                "role": ident.role, "task_index": ident.task_index,
+                "global_index": ident.global_index, "node_count": ident.node_count,
+                "master_count": ident.master_count, "worker_count": ident.worker_count,
+                "name": ident.name, "pod_ip": ident.pod_ip, "host_ip": ident.host_ip,
+                "incarnation": ident.incarnation, "run_id": settings.run_id,
+            },
+            "devices": [
+                {"device_id": d.device_id, "ip": d.ip, "netmask": d.netmask,
+                 "ip_source": d.ip_source} for d in found.devices
+            ],
+            "sources": {**dict(ident.sources), "devices": found.device_source,
+                        "hccn_tool": found.hccn_tool,
+                        "run_id": settings.sources.get("run_id", "default")},
+        }
+        if json_out:
+            _emit(doc)
+            return
+        print(f"node      {ident.name} of {ident.node_count}  "
+              f"[{ident.sources['role']}, {ident.sources['task_index']}]")
+        print(f"pod IP    {ident.pod_ip}  [{ident.sources['pod_ip']}]")
+        print(f"host IP   {ident.host_ip}  [{ident.sources['host_ip']}]")
+        print(f"instance  {ident.incarnation}  [{ident.sources['incarnation']}]")
+        print(f"run id    {settings.run_id or '-'}  [{settings.sources.get('run_id')}]")
+        print(f"devices   {len(found.devices)}  [{found.device_source}; IPs from "
+              f"{found.hccn_tool}]")
+        for d in found.devices:
+            print(f"  {d.device_id:>3}  {d.ip:<40} {d.netmask:<16} [{d.ip_source}]")
+
+
+def _status_writer(settings_box: dict[str, Any], command: str
+                   ) -> Callable[[BaseException, int], None]:
+    def write(exc: BaseException, code: int) -> None:
+        from ascend_node.launch import write_termination_log
+        from ascend_node.outputs import StatusDoc, write_status
+
+        cause = exc.cause if isinstance(exc, AscendNodeError) else str(exc)
+        write_termination_log(f"ascend-node {command}: exit {code}: {cause}")
+        settings = settings_box.get("settings")
+        if settings is not None:
+            write_status(settings.state_dir, StatusDoc(
+                state="failed", phase=command, command=command, exit_code=code,
+                message=cause, run_id=settings.run_id))
+    return write
+
+
+@app.command()
+def ranktable(
+    shared_dir: SharedDir = None, run_id: RunId = None, timeout: Timeout = None,
+    master_file: MasterFile = None, world_size_file: WorldSizeFile = None,
+    state_dir: StateDir = None, devices: Devices = None, hccn_tool: HccnTool = None,
+    file_owner: FileOwner = None, allow_uneven_devices: AllowUneven = False,
+    json_out: Json = False, verbose: Verbose = False, debug: Debug = False,
+) -> None:
+    """Steps 1-5: meet the peers and write the rank table; exit 0 when this node holds it."""
+    logs.setup(verbose, _debug(debug))
+    box: dict[str, Any] = {}
+    with _errors(_debug(debug), _status_writer(box, "ranktable")):
+        signal.signal(signal.SIGTERM, _on_sigterm)
+        from ascend_node.bootstrap import ranktable as run_ranktable
+        from ascend_node.outputs import StatusDoc, write_status
+
+        settings = _settings(
+            verbose, shared_dir=shared_dir, run_id=run_id, timeout=timeout,
+            master_file=master_file, world_size_file=world_size_file, state_dir=state_dir,
+            devices=devices, hccn_tool=hccn_tool, file_owner=file_owner,
+            allow_uneven_devices=allow_uneven_devices,
+        )
+        box["settings"] = settings
+        result = run_ranktable(settings, os.environ, STARTED)
+        write_status(settings.state_dir, StatusDoc(
+            state="done", phase="ranktable", command="ranktable", exit_code=0,
+            run_id=result.run_id, attempt_id=result.attempt_id,
+            node=result.discovery.identity.name, message="rank table ready"))
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        if json_out:
+            _emit({"run_id": result.run_id, "attempt_id": result.attempt_id,
+                   "node": result.discovery.identity.name,
+                   "rank_table_file": result.env["RANK_TABLE_FILE"],
+                   "shared_table": str(result.shared_table), "env": result.env,
+                   "seconds": round(result.seconds, 3)})
+        else:
+            print(result.env["RANK_TABLE_FILE"])
+
+
+@app.command()
+def validate(
+    file: Annotated[Path, typer.Argument(help="Rank table JSON file")],
+    target: Annotated[str, typer.Option(
+        "--for", help="Rules to apply: mindie (HCCL + MindIE) or hccl")] = "mindie",
+    owner_uid: Annotated[Optional[int], typer.Option(
+        "--owner-uid", help="Also require this file owner (MindIE requires the server's uid)",
+        show_default=False)] = None,
+    json_out: Json = False, debug: Debug = False,
+) -> None:
+    """Lint a rank table against HCCL and MindIE rules; list every problem (exit 1 if any)."""
+    with _errors(_debug(debug)):
+        from ascend_node.errors import UsageError
+        from ascend_node.ranktable import validate_file
+
+        if target not in ("mindie", "hccl"):
+            raise UsageError(f"--for {target!r} is not one of mindie, hccl",
+                             "use --for mindie (default) or --for hccl")
+        problems = validate_file(file, target, check_owner_uid=owner_uid)  # type: ignore[arg-type]
+        if json_out:
+            _emit({"file": str(file), "target": target, "valid": not problems,
+                   "problems": [{"path": p.path, "message": p.message} for p in problems]})
+        elif problems:
+            for p in problems:
+                print(f"{file}: {p.path}: {p.message}")
+            print(f"{len(problems)} problem(s) for {target}", file=sys.stderr)
+        else:
+            print(f"{file}: valid for {target}")
+        if problems:
+            raise typer.Exit(1)
+
+
+@app.command()
+def simulate(
+    nodes: Annotated[int, typer.Option("--nodes", min=1, max=1024,
+                                       help="Number of simulated pods")] = 2,
+    devices: Annotated[int, typer.Option("--devices", min=1, max=16,
+                                         help="NPUs per simulated pod")] = 8,
+    shared_dir: Annotated[Optional[Path], typer.Option(
+        "--shared-dir", help="Shared directory to meet on (default: a new temp dir)",
+        show_default=False)] = None,
+    masters: Annotated[int, typer.Option("--masters", min=0,
+                                         help="How many pods are masters")] = 1,
+    timeout: Annotated[float, typer.Option("--timeout", help="Per-node timeout")] = 60.0,
+    tool_delay: Annotated[float, typer.Option(
+        "--tool-delay", help="Seconds each fake hccn_tool call takes")] = 0.0,
+    run_id: Annotated[str, typer.Option("--run-id")] = "sim",
+    json_out: Json = False, debug: Debug = False,
+) -> None:
+    """Run the real agent as N local processes with fake NPUs and print the result."""
+    logs.setup(False, _debug(debug))
+    with _errors(_debug(debug)):
+        from ascend_node.sim.cluster import SimSpec, format_report, run_cluster
+
+        spec = SimSpec(nodes=nodes, devices=devices, masters=min(masters, nodes),
+                       run_id=run_id, timeout=timeout, tool_delay=tool_delay)
+        report = run_cluster(spec, shared_dir)
+        if json_out:
+            _emit(report.to_json())
+        else:
+            print(format_report(report))
+        if not report.ok:
+            raise typer.Exit(report.worst_exit)
+
+
+@app.command()
+def version() -> None:
+    """Print the agent's version."""
+    print(__version__)
+
+
+def main(argv: Optional[list[str]] = None) -> None:
+    """Console-script entry point."""
+    app(args=argv, prog_name="ascend-node")
+
+
+__all__ = ["app", "main"]

@@ -1,0 +1,192 @@
+"""The files a bootstrap leaves in the container: table copy, env script, status.
+
+`RANK_TABLE_FILE` points at the local copy, which MindIE checks strictly
+(mindie-checks "The file"): a regular file, not a link, owned by the uid that runs the
+server, mode 0640 or stricter, a path of `[0-9a-zA-Z_./-]` no longer than 256.
+Everything here is written atomically, so a SIGTERM or a full disk leaves the previous
+file or none, never half of one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from ascend_node.atomic import atomic_write_bytes
+from ascend_node.errors import ConfigError, SharedVolumeError
+from ascend_node.ranktable import master_ip, world_size
+
+ENV_SCRIPT = "source_mul_env.sh"
+ENV_JSON = "env.json"
+STATUS_JSON = "status.json"
+LOCAL_TABLE = "ranktable.json"
+_SAFE_PATH = re.compile(r"^[0-9a-zA-Z_./-]{1,256}$")
+
+State = Literal["in_progress", "done", "failed"]
+
+
+class StatusDoc(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    schema_version: Literal[1] = 1
+    state: State
+    phase: str
+    command: str
+    exit_code: Optional[int] = None
+    message: str = ""
+    run_id: Optional[str] = None
+    attempt_id: Optional[str] = None
+    node: Optional[str] = None
+    pid: int = Field(default_factory=os.getpid)
+    updated_at: float = Field(default_factory=time.time)
+
+
+class EnvDoc(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    schema_version: Literal[1] = 1
+    env: dict[str, str]
+
+
+def ensure_state_dir(state_dir: Path) -> None:
+    """Create the state dir (mode 0750) and its parents; refuse a non-directory."""
+    try:
+        state_dir.mkdir(mode=0o750, parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot create state dir {state_dir}: {exc.strerror or exc}",
+            "set --state-dir / ASCEND_NODE_STATE_DIR to a writable directory",
+        ) from exc
+    if state_dir.is_symlink() or not state_dir.is_dir():
+        raise ConfigError(f"state dir {state_dir} is not a directory",
+                          "point --state-dir at a directory")
+
+
+def check_table_path(path: Path) -> None:
+    """MindIE/atb_llm refuse paths with other characters, or longer than 256."""
+    text = str(path)
+    if not _SAFE_PATH.fullmatch(text):
+        raise ConfigError(
+            f"local rank table path {text!r} has characters outside [0-9a-zA-Z_./-] or is "
+            "longer than 256",
+            "MindIE refuses such paths; choose a plain --state-dir such as /run/ascend-node",
+        )
+
+
+def _write(path: Path, data: bytes, mode: int, owner: Optional[tuple[int, int]]) -> None:
+    uid, gid = owner if owner is not None else (None, None)
+    try:
+        atomic_write_bytes(path, data, mode=mode, uid=uid, gid=gid)
+    except PermissionError as exc:
+        if owner is not None:
+            raise ConfigError(
+                f"cannot give {path} to {uid}:{gid}: {exc.strerror}",
+                "--file-owner needs the agent to run as root (an init container)",
+            ) from exc
+        raise ConfigError(f"cannot write {path}: {exc.strerror}",
+                          "check the directory's owner and mode") from exc
+    except OSError as exc:
+        raise SharedVolumeError(f"cannot write {path}: {exc.strerror or exc}",
+                                "check free space and that the directory is writable") from exc
+
+
+def table_env(
+    local_table: Path, table: Mapping[str, Any], container_ip: str
+) -> dict[str, str]:
+    """The values `source_mul_env.sh` exports (DESIGN step 5)."""
+    return {
+        "RANK_TABLE_FILE": str(local_table),
+        "RANKTABLEFILE": str(local_table),
+        "MIES_CONTAINER_IP": container_ip,
+        "MASTER_IP": master_ip(table),
+        "WORLD_SIZE": str(world_size(table)),
+    }
+
+
+def render_env_script(env: Mapping[str, str]) -> str:
+    """`export NAME='value'` lines, safe for sh and bash whatever the value holds."""
+    lines = ["# Written by ascend-node; source it from sh or bash."]
+    for name in sorted(env):
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+            raise ConfigError(f"environment name {name!r} cannot be exported",
+                              "names must match [A-Za-z_][A-Za-z0-9_]*")
+        lines.append(f"export {name}={shlex.quote(env[name])}")
+    return "\n".join(lines) + "\n"
+
+
+def write_table_outputs(
+    state_dir: Path,
+    table_text: str,
+    table: Mapping[str, Any],
+    container_ip: str,
+    master_file: Path,
+    world_size_file: Path,
+    owner: Optional[tuple[int, int]],
+) -> dict[str, str]:
+    """Local table copy, master and world-size files, env script and its JSON twin."""
+    ensure_state_dir(state_dir)
+    local = state_dir / LOCAL_TABLE
+    check_table_path(local)
+    _write(local, table_text.encode(), 0o640, owner)
+    env = table_env(local, table, container_ip)
+    for path, value in ((master_file, env["MASTER_IP"]), (world_size_file, env["WORLD_SIZE"])):
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ConfigError(f"cannot create {path.parent}: {exc.strerror or exc}",
+                              "set --master-file / --world-size-file to writable paths") from exc
+        _write(path, (value + "\n").encode(), 0o644, None)
+    write_env(state_dir, env, owner)
+    return env
+
+
+def write_env(state_dir: Path, env: Mapping[str, str], owner: Optional[tuple[int, int]]) -> None:
+    _write(state_dir / ENV_SCRIPT, render_env_script(env).encode(), 0o640, owner)
+    doc = EnvDoc(env=dict(env))
+    _write(state_dir / ENV_JSON, (doc.model_dump_json(indent=2) + "\n").encode(), 0o640, owner)
+
+
+def read_env(state_dir: Path) -> Optional[dict[str, str]]:
+    path = state_dir / ENV_JSON
+    try:
+        raw = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror}", "check --state-dir") from exc
+    try:
+        return EnvDoc.model_validate_json(raw).env
+    except ValidationError as exc:
+        raise ConfigError(f"{path} is not a valid env.json ({exc.errors()[0]['msg']})",
+                          "run `ascend-node ranktable` or `boot` again to rewrite it") from exc
+
+
+def write_status(state_dir: Path, status: StatusDoc) -> None:
+    """Best effort when the state dir itself is the problem: never mask the real error."""
+    try:
+        ensure_state_dir(state_dir)
+        atomic_write_bytes(state_dir / STATUS_JSON,
+                           (status.model_dump_json(indent=2) + "\n").encode(), mode=0o644)
+    except (ConfigError, OSError):
+        pass
+
+
+def read_status(state_dir: Path) -> Optional[StatusDoc]:
+    path = state_dir / STATUS_JSON
+    try:
+        raw = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror}", "check --state-dir") from exc
+    try:
+        return StatusDoc.model_validate(json.loads(raw))
+    except (ValueError, ValidationError) as exc:
+        raise ConfigError(f"{path} is not a valid status file ({exc})",
+                          "it is rewritten by the next `ascend-node ranktable`/`boot`") from exc

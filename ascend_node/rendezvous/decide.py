@@ -1,0 +1,355 @@
+"""Pure rendezvous decisions, table-tested without a filesystem.
+
+Three questions, each a function of documents already read:
+
+- `choose_attempt` (node 0): keep the current attempt, or open a new one?
+- `evaluate` (node 0): given every slot, is the cluster complete, inconsistent, or not yet?
+- `follower_step` (everyone else): what to do after one poll.
+
+Why attempts: a run id outlives its pods. A job restart re-creates every pod with new
+IPs; a container restart changes nothing. Node 0 opens an attempt (a fresh id) whenever
+the previous one cannot be reused; members publish into the current attempt's
+directory only, so leftovers of an earlier attempt are never assembled — even for pods
+that start late — and a container restart that changes nothing finds its table again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Optional, Union
+
+from ascend_node.identity import node_name
+from ascend_node.netcheck import family
+from ascend_node.rendezvous.models import (
+    AttemptDoc,
+    ConflictDoc,
+    FailureDoc,
+    MemberData,
+    MemberDoc,
+    OutcomeDoc,
+)
+
+SlotState = Union[None, str, MemberDoc, FailureDoc, ConflictDoc]
+"""None = missing, str = invalid (the reason), else the validated document."""
+
+
+# ----------------------------------------------------------------------- node 0: attempts
+
+
+@dataclass(frozen=True)
+class Reuse:
+    attempt_id: str
+
+
+@dataclass(frozen=True)
+class Open:
+    reason: str
+
+
+def choose_attempt(
+    attempt: Optional[AttemptDoc],
+    outcome: Optional[OutcomeDoc],
+    incarnation: str,
+    my_digest: str,
+    node_count: int,
+    master_count: int,
+    outdated_slots: Sequence[int] = (),
+) -> Union[Reuse, Open]:
+    """Node 0's choice. `outdated_slots`: nodes whose slot in a completed attempt now
+    holds data that differs from the table (pods re-created with new data, asking for a
+    new attempt)."""
+    if attempt is None:
+        return Open("no attempt yet for this run")
+    if attempt.node_count != node_count or attempt.master_count != master_count:
+        return Open(
+            f"attempt {attempt.attempt_id} was for {attempt.node_count} nodes "
+            f"({attempt.master_count} masters); this job has {node_count} ({master_count})"
+        )
+    if attempt.conflict is not None:
+        if attempt.opened_by == incarnation:
+            return Reuse(attempt.attempt_id)
+        return Open(f"attempt {attempt.attempt_id} ended in a conflict; this is a new pod")
+    if outcome is not None and outcome.result == "table":
+        mine = outcome.record_for(0)
+        if mine is None or mine.digest != my_digest:
+            return Open(f"attempt {attempt.attempt_id}'s table no longer matches node 0")
+        if outdated_slots:
+            names = ", ".join(node_name(i, master_count) for i in outdated_slots)
+            return Open(f"attempt {attempt.attempt_id}'s table no longer matches {names}")
+        return Reuse(attempt.attempt_id)
+    if attempt.opened_by == incarnation:
+        return Reuse(attempt.attempt_id)
+    return Open(
+        f"attempt {attempt.attempt_id} was opened by an earlier pod at node 0 "
+        "and never completed"
+    )
+
+
+# ----------------------------------------------------------------------- node 0: evaluate
+
+
+@dataclass(frozen=True)
+class Waiting:
+    present: tuple[int, ...]
+    missing: tuple[int, ...]
+    invalid: Mapping[int, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Abort:
+    reason: str
+    nodes: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Complete:
+    members: tuple[MemberDoc, ...]
+
+
+def evaluate(
+    slots: Mapping[int, SlotState],
+    node_count: int,
+    master_count: int,
+    allow_uneven_devices: bool,
+) -> Union[Waiting, Abort, Complete]:
+    """Judge the present slots; abort as soon as an inconsistency is certain.
+
+    Checks run on whoever is present, so a device-IP collision or a count mismatch
+    ends the attempt at once instead of at the timeout.
+    """
+
+    def name(i: int) -> str:
+        return node_name(i, master_count)
+
+    members: dict[int, MemberDoc] = {}
+    invalid: dict[int, str] = {}
+    for index in range(node_count):
+        state = slots.get(index)
+        if isinstance(state, FailureDoc):
+            return Abort(f"{name(index)} failed: {state.cause}", (index,))
+        if isinstance(state, ConflictDoc):
+            return Abort(
+                f"two live pods claim {name(index)} (incarnations "
+                f"{', '.join(state.incarnations)})",
+                (index,),
+            )
+        if isinstance(state, str):
+            invalid[index] = state
+        elif isinstance(state, MemberDoc):
+            problem = _member_problem(state, index, node_count, master_count)
+            if problem is not None:
+                return Abort(f"{name(index)} {problem}", (index,))
+            members[index] = state
+
+    abort = _cross_checks(members, master_count, allow_uneven_devices)
+    if abort is not None:
+        return abort
+    missing = tuple(i for i in range(node_count) if i not in members)
+    if missing:
+        return Waiting(tuple(sorted(members)), missing, invalid)
+    return Complete(tuple(members[i] for i in range(node_count)))
+
+
+def _member_problem(
+    doc: MemberDoc, index: int, node_count: int, master_count: int
+) -> Optional[str]:
+    if doc.data.global_index != index:
+        return f"published global index {doc.data.global_index} in slot {index}"
+    if doc.node_count != node_count or doc.master_count != master_count:
+        return (
+            f"sees {doc.node_count} nodes ({doc.master_count} masters) but node 0 sees "
+            f"{node_count} ({master_count}); VC_MASTER_NUM/VC_WORKER_NUM differ between pods"
+        )
+    expected_role = "master" if index < master_count else "worker"
+    expected_task = index if index < master_count else index - master_count
+    if doc.data.role != expected_role or doc.data.task_index != expected_task:
+        return f"claims to be {doc.data.role} {doc.data.task_index}"
+    return None
+
+
+def _cross_checks(
+    members: Mapping[int, MemberDoc], master_count: int, allow_uneven: bool
+) -> Optional[Abort]:
+    def name(i: int) -> str:
+        return node_name(i, master_count)
+
+    owner_of_ip: dict[str, int] = {}
+    owner_of_pod_ip: dict[str, int] = {}
+    families: dict[int, int] = {}
+    for index in sorted(members):
+        data = members[index].data
+        previous = owner_of_pod_ip.get(data.pod_ip)
+        if previous is not None:
+            return Abort(
+                f"{name(previous)} and {name(index)} report the same pod IP {data.pod_ip}",
+                (previous, index),
+            )
+        owner_of_pod_ip[data.pod_ip] = index
+        for dev in data.devices:
+            previous = owner_of_ip.get(dev.device_ip)
+            if previous is not None and previous != index:
+                return Abort(
+                    f"device IP {dev.device_ip} is used on {name(previous)} and {name(index)} "
+                    f"(device {dev.device_id})",
+                    (previous, index),
+                )
+            owner_of_ip[dev.device_ip] = index
+            families.setdefault(family(dev.device_ip), index)
+    if len(families) > 1:
+        nodes = tuple(sorted(set(families.values())))
+        return Abort(
+            "device IPs mix IPv4 and IPv6 across nodes (" + ", ".join(
+                f"IPv{fam} on {name(i)}" for fam, i in sorted(families.items())) + ")",
+            nodes,
+        )
+    if not allow_uneven:
+        counts: dict[int, list[int]] = {}
+        for index in sorted(members):
+            counts.setdefault(len(members[index].data.devices), []).append(index)
+        if len(counts) > 1:
+            parts = [
+                f"{count} on {', '.join(name(i) for i in idx[:4])}"
+                + (f" and {len(idx) - 4} more" if len(idx) > 4 else "")
+                for count, idx in sorted(counts.items())
+            ]
+            return Abort(
+                "device counts differ between nodes (" + "; ".join(parts) + "); MindIE needs "
+                "equal counts (pass --allow-uneven-devices for training)",
+                tuple(sorted(i for idx in counts.values() for i in idx)),
+            )
+    return None
+
+
+# ----------------------------------------------------------------------- followers
+
+
+@dataclass(frozen=True)
+class Me:
+    index: int
+    incarnation: str
+    digest: str
+    master_count: int
+
+
+@dataclass(frozen=True)
+class WaitAttempt:
+    """No usable attempt: wait for node 0 to open one."""
+
+    reason: str
+    kind: str = "no-attempt"  # no-attempt | stale-table | stale-abort
+
+
+@dataclass(frozen=True)
+class Publish:
+    attempt_id: str
+
+
+@dataclass(frozen=True)
+class WaitTable:
+    attempt_id: str
+
+
+@dataclass(frozen=True)
+class Done:
+    outcome: OutcomeDoc
+
+
+@dataclass(frozen=True)
+class Fail:
+    """Exit 5 with this reason."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class Conflict:
+    """Another live pod overwrote my slot: leave a conflict document, then exit 5."""
+
+    other: str
+    attempt_id: str
+
+
+FollowerAction = Union[WaitAttempt, Publish, WaitTable, Done, Fail, Conflict]
+
+
+def follower_step(
+    attempt: Optional[AttemptDoc],
+    outcome: Optional[OutcomeDoc],
+    my_slot: SlotState,
+    me: Me,
+    published_in: Optional[str],
+) -> FollowerAction:
+    """One poll of a follower (or of node 0's own slot watch).
+
+    `published_in` is the attempt this process published into, if any: a slot that
+    changes under us after that means a second live pod claims our index.
+    """
+    if attempt is None:
+        return WaitAttempt("node 0 has not opened an attempt yet")
+    aid = attempt.attempt_id
+    if attempt.conflict is not None:
+        return Fail(f"attempt {aid} ended in a conflict: {attempt.conflict}")
+
+    participant = published_in == aid or (
+        isinstance(my_slot, (MemberDoc, FailureDoc)) and my_slot.incarnation == me.incarnation
+    )
+    if isinstance(my_slot, ConflictDoc):
+        return Fail(
+            f"two live pods claim {node_name(me.index, me.master_count)} "
+            f"(incarnations {', '.join(my_slot.incarnations)})"
+        )
+    if (
+        published_in == aid
+        and isinstance(my_slot, (MemberDoc, FailureDoc))
+        and my_slot.incarnation != me.incarnation
+    ):
+        return Conflict(my_slot.incarnation, aid)
+
+    if outcome is not None and outcome.result == "table":
+        record = outcome.record_for(me.index)
+        if record is not None and record.digest == me.digest:
+            return Done(outcome)
+        return WaitAttempt(
+            f"attempt {aid} completed with different data for "
+            f"{node_name(me.index, me.master_count)} (this pod was re-created with new "
+            "addresses or devices)",
+            "stale-table",
+        )
+    if outcome is not None:  # abort
+        if participant or me.incarnation in outcome.participants:
+            return Fail(f"attempt {aid} was aborted: {outcome.reason}")
+        return WaitAttempt(f"attempt {aid} was aborted: {outcome.reason}", "stale-abort")
+
+    mine = (
+        isinstance(my_slot, MemberDoc)
+        and my_slot.incarnation == me.incarnation
+        and my_slot.data.digest() == me.digest
+    )
+    if not mine:
+        return Publish(aid)
+    return WaitTable(aid)
+
+
+def verify_table_holds(outcome: OutcomeDoc, data: MemberData, master_count: int) -> Optional[str]:
+    """Check that the table text has exactly my entry: container IP and devices.
+
+    The digest says the assembler used my document; this says the table it wrote
+    really holds it (a defence against a buggy or foreign assembler).
+    """
+    import json
+
+    try:
+        table = json.loads(outcome.ranktable_text)
+        servers = table["server_list"]
+        server = servers[data.global_index]
+        ids = [(int(d["device_id"]), d["device_ip"]) for d in server["device"]]
+    except (ValueError, KeyError, IndexError, TypeError):
+        return "the table of the outcome cannot be read"
+    want = sorted((d.device_id, d.device_ip) for d in data.devices)
+    if server.get("container_ip") != data.pod_ip or ids != want:
+        return (
+            f"the table's entry for {node_name(data.global_index, master_count)} does not hold "
+            "this pod's container IP and devices"
+        )
+    return None

@@ -1,0 +1,131 @@
+"""Documents on the shared volume. Each carries `schema_version` and `kind`.
+
+A reader validates every document before acting on it: a truncated write, a file from
+another run or agent version, or something planted by hand is reported, never trusted.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Annotated, Literal, Optional, Union
+
+from pydantic import BaseModel, ConfigDict, Field
+
+SCHEMA_VERSION: Literal[1] = 1
+_ID = r"^[A-Za-z0-9_.:-]{1,128}$"
+
+
+class _Doc(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    schema_version: Literal[1] = SCHEMA_VERSION
+    run_id: str = Field(pattern=_ID)
+
+
+class DeviceRecord(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    device_id: int = Field(ge=0, le=63)
+    device_ip: str = Field(min_length=1, max_length=64)
+
+
+class MemberData(BaseModel):
+    """What the table is built from: the part of a member that must match on restart."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    global_index: int = Field(ge=0)
+    role: Literal["master", "worker"]
+    task_index: int = Field(ge=0)
+    pod_ip: str = Field(min_length=1, max_length=64)
+    host_ip: str = Field(min_length=1, max_length=64)
+    devices: tuple[DeviceRecord, ...] = Field(min_length=1, max_length=64)
+
+    def digest(self) -> str:
+        text = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(text.encode()).hexdigest()
+
+
+class MemberDoc(_Doc):
+    kind: Literal["member"] = "member"
+    attempt_id: str = Field(pattern=_ID)
+    incarnation: str = Field(pattern=_ID)
+    node_count: int = Field(ge=1)
+    master_count: int = Field(ge=0)
+    agent_version: str = Field(max_length=64)
+    data: MemberData
+
+
+class FailureDoc(_Doc):
+    """A node that failed locally publishes why, so nobody waits for the timeout."""
+
+    kind: Literal["failure"] = "failure"
+    attempt_id: str = Field(pattern=_ID)
+    incarnation: str = Field(pattern=_ID)
+    global_index: int = Field(ge=0)
+    cause: str = Field(max_length=2000)
+
+
+class ConflictDoc(_Doc):
+    """Left in a slot by a pod that saw another live pod overwrite it: two claim one index."""
+
+    kind: Literal["conflict"] = "conflict"
+    attempt_id: str = Field(pattern=_ID)
+    global_index: int = Field(ge=0)
+    incarnations: tuple[str, ...]
+
+
+SlotDoc = Annotated[Union[MemberDoc, FailureDoc, ConflictDoc], Field(discriminator="kind")]
+
+
+class SlotEnvelope(BaseModel):
+    """Wrapper so a slot file can be validated as any of the slot kinds."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    doc: SlotDoc
+
+
+class AttemptDoc(_Doc):
+    """Written by global node 0 only: the attempt everyone must join now."""
+
+    kind: Literal["attempt"] = "attempt"
+    attempt_id: str = Field(pattern=_ID)
+    opened_by: str = Field(pattern=_ID)
+    node_count: int = Field(ge=1)
+    master_count: int = Field(ge=0)
+    reason: str = Field(default="", max_length=2000)
+    conflict: Optional[str] = Field(default=None, max_length=2000)
+
+
+class TableRecord(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    global_index: int = Field(ge=0)
+    incarnation: str = Field(pattern=_ID)
+    digest: str = Field(pattern=r"^[0-9a-f]{64}$")
+
+
+class OutcomeDoc(_Doc):
+    """Written by the assembler once per attempt: the final table, or why there is none."""
+
+    kind: Literal["outcome"] = "outcome"
+    attempt_id: str = Field(pattern=_ID)
+    result: Literal["table", "abort"]
+    members: tuple[TableRecord, ...] = ()
+    ranktable_text: str = ""
+    ranktable_sha256: str = ""
+    reason: str = Field(default="", max_length=8000)
+    nodes: tuple[int, ...] = ()
+    participants: tuple[str, ...] = ()
+
+    def record_for(self, index: int) -> Optional[TableRecord]:
+        if 0 <= index < len(self.members) and self.members[index].global_index == index:
+            return self.members[index]
+        return next((m for m in self.members if m.global_index == index), None)
+
+
+class ProgressDoc(_Doc):
+    """Written by the assembler while it waits, so followers can say who is missing."""
+
+    kind: Literal["progress"] = "progress"
+    attempt_id: str = Field(pattern=_ID)
+    node_count: int = Field(ge=1)
+    present: tuple[int, ...]
+    missing: tuple[int, ...]

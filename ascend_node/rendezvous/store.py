@@ -1,0 +1,242 @@
+"""Where rendezvous documents live on the shared volume, and how they are read and written.
+
+Layout (ours to choose, DESIGN "Files"):
+
+    <shared>/ranktable-<run>.json                    final table (assembler only)
+    <shared>/.ascend-node/<run>/attempt.json         current attempt (node 0 only)
+    <shared>/.ascend-node/<run>/attempts/<id>/node-<g>.json   one per node (that node only)
+    <shared>/.ascend-node/<run>/attempts/<id>/outcome.json    table or abort (node 0 only)
+    <shared>/.ascend-node/<run>/attempts/<id>/progress.json   who is missing (node 0 only)
+
+Every name is known in advance, so nobody needs a directory listing: network
+filesystems cache listings for tens of seconds, but re-open known names promptly.
+Reads never follow a symlink (`O_NOFOLLOW`) and accept only regular files; writes are
+temp file + fsync + rename in the same directory (`ascend_node.atomic`).
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Generic, Optional, TypeVar, Union
+
+from pydantic import BaseModel, ValidationError
+
+from ascend_node.atomic import atomic_write_bytes
+from ascend_node.errors import SharedVolumeError
+from ascend_node.rendezvous.models import (
+    ConflictDoc,
+    FailureDoc,
+    MemberDoc,
+    SlotEnvelope,
+)
+
+MAX_DOC_BYTES = 64 * 1024 * 1024
+T = TypeVar("T", bound=BaseModel)
+
+
+@dataclass(frozen=True)
+class Missing:
+    path: Path
+
+
+@dataclass(frozen=True)
+class Invalid:
+    path: Path
+    reason: str
+
+    def describe(self) -> str:
+        return f"{self.path}: {self.reason}"
+
+
+@dataclass(frozen=True)
+class Valid(Generic[T]):
+    path: Path
+    doc: T
+    stamp: tuple[int, int, int]  # (inode, size, mtime_ns) of what was read
+
+
+Read = Union[Missing, Invalid, Valid[T]]
+SlotAny = Union[MemberDoc, FailureDoc, ConflictDoc]
+
+
+@dataclass(frozen=True)
+class RunPaths:
+    shared_dir: Path
+    run_id: str
+
+    @property
+    def root(self) -> Path:
+        return self.shared_dir / ".ascend-node" / self.run_id
+
+    @property
+    def attempt_file(self) -> Path:
+        return self.root / "attempt.json"
+
+    @property
+    def shared_table(self) -> Path:
+        return self.shared_dir / f"ranktable-{self.run_id}.json"
+
+    def attempt_dir(self, attempt_id: str) -> Path:
+        return self.root / "attempts" / attempt_id
+
+    def slot(self, attempt_id: str, index: int) -> Path:
+        return self.attempt_dir(attempt_id) / f"node-{index}.json"
+
+    def outcome(self, attempt_id: str) -> Path:
+        return self.attempt_dir(attempt_id) / "outcome.json"
+
+    def progress(self, attempt_id: str) -> Path:
+        return self.attempt_dir(attempt_id) / "progress.json"
+
+
+def read_bytes_nofollow(path: Path, limit: int = MAX_DOC_BYTES) -> Union[bytes, Missing, Invalid]:
+    """The file's bytes if it is a regular file reached without a final symlink."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return Missing(path)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return Invalid(path, "is a symbolic link (refused)")
+        if exc.errno == errno.ENOTDIR:
+            return Missing(path)
+        return Invalid(path, f"cannot be opened: {exc.strerror}")
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return Invalid(path, "is not a regular file (refused)")
+        if st.st_size > limit:
+            return Invalid(path, f"is {st.st_size} bytes, over the {limit} byte limit")
+        chunks = []
+        while True:
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            if sum(len(c) for c in chunks) > limit:
+                return Invalid(path, f"grew over the {limit} byte limit while read")
+        return b"".join(chunks)
+    except OSError as exc:
+        return Invalid(path, f"cannot be read: {exc.strerror}")
+    finally:
+        os.close(fd)
+
+
+def _stamp(path: Path) -> tuple[int, int, int]:
+    try:
+        st = os.stat(path, follow_symlinks=False)
+    except OSError:
+        return (0, 0, 0)
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def read_doc(path: Path, model: type[T], run_id: str) -> Read[T]:
+    """Read and validate one document; anything unexpected is Invalid with the reason."""
+    stamp = _stamp(path)
+    raw = read_bytes_nofollow(path)
+    if isinstance(raw, (Missing, Invalid)):
+        return raw
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        return Invalid(path, f"is not valid JSON ({exc.__class__.__name__}: {exc}); "
+                             "truncated or foreign")
+    if isinstance(data, dict) and data.get("schema_version") not in (None, 1):
+        return Invalid(path, f"has schema_version {data.get('schema_version')!r}, "
+                             "this agent reads 1 (mixed agent versions?)")
+    try:
+        doc = model.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "document"
+        return Invalid(path, f"fails validation at {where}: {first['msg']}")
+    if getattr(doc, "run_id", run_id) != run_id:
+        return Invalid(path, f"belongs to run {getattr(doc, 'run_id', '?')!r}, not {run_id!r}")
+    return Valid(path, doc, stamp)
+
+
+def read_slot(path: Path, run_id: str, attempt_id: str) -> Read[SlotAny]:
+    """A node's slot: a member, failure or conflict document of this attempt."""
+    stamp = _stamp(path)
+    raw = read_bytes_nofollow(path)
+    if isinstance(raw, (Missing, Invalid)):
+        return raw
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        return Invalid(path, f"is not valid JSON ({exc}); truncated or foreign")
+    if isinstance(data, dict) and data.get("schema_version") not in (None, 1):
+        return Invalid(path, f"has schema_version {data.get('schema_version')!r}, "
+                             "this agent reads 1 (mixed agent versions?)")
+    try:
+        doc = SlotEnvelope.model_validate({"doc": data}).doc
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"][1:]) or "document"
+        return Invalid(path, f"fails validation at {where}: {first['msg']}")
+    if doc.run_id != run_id:
+        return Invalid(path, f"belongs to run {doc.run_id!r}, not {run_id!r}")
+    if doc.attempt_id != attempt_id:
+        return Invalid(path, f"belongs to attempt {doc.attempt_id!r}, not {attempt_id!r}")
+    return Valid(path, doc, stamp)
+
+
+def ensure_dir(path: Path, trusted_root: Path) -> None:
+    """Create `path` below `trusted_root`, refusing any component that is not a real dir.
+
+    A symlink planted as `.ascend-node/<run>` could send our writes anywhere.
+    """
+    rel = path.relative_to(trusted_root)
+    current = trusted_root
+    for part in rel.parts:
+        current = current / part
+        try:
+            os.mkdir(current, 0o755)
+        except FileExistsError:
+            pass
+        except OSError as exc:
+            raise volume_error(exc, current, "create directory") from exc
+        st = os.lstat(current)
+        if not stat.S_ISDIR(st.st_mode):
+            what = "a symbolic link" if stat.S_ISLNK(st.st_mode) else "not a directory"
+            raise SharedVolumeError(
+                f"{current} is {what}, refused",
+                "remove it, or run `ascend-node clean` for this run",
+            )
+
+
+def volume_error(exc: OSError, path: Path, action: str) -> SharedVolumeError:
+    """Turn an OSError on the shared volume into a one-line cause with a remedy."""
+    hints = {
+        errno.EROFS: "the shared volume is mounted read-only; mount the PVC read-write",
+        errno.ENOSPC: "the shared volume is full; free space on the PVC",
+        errno.EDQUOT: "the shared volume's quota is exhausted; free space on the PVC",
+        errno.EACCES: "the agent's user cannot write there; check the PVC's owner and mode",
+        errno.EPERM: "the agent's user cannot write there; check the PVC's owner and mode",
+    }
+    return SharedVolumeError(
+        f"cannot {action} {path}: {exc.strerror or exc}",
+        hints.get(exc.errno or 0, "check the shared volume (--shared-dir)"),
+    )
+
+
+def write_doc(path: Path, doc: BaseModel, trusted_root: Path, mode: int = 0o644) -> None:
+    """Atomically publish one document (the caller is its only writer)."""
+    ensure_dir(path.parent, trusted_root)
+    data = (json.dumps(doc.model_dump(mode="json"), separators=(",", ":")) + "\n").encode()
+    try:
+        atomic_write_bytes(path, data, mode=mode)
+    except OSError as exc:
+        raise volume_error(exc, path, "write") from exc
+
+
+def file_mtime_ns(path: Path) -> Optional[int]:
+    try:
+        return os.stat(path, follow_symlinks=False).st_mtime_ns
+    except OSError:
+        return None

@@ -1,0 +1,153 @@
+"""Every knob of the contract, each with its environment twin and where its value came from.
+
+An image is configured without changing its command, so every option has an
+environment twin (DESIGN "Command-line contract"). Precedence: flag, then environment,
+then default. `--verbose` prints the `sources` map, because "which value won" is the
+first question when a multi-node job misbehaves.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from ascend_node.errors import ConfigError
+from ascend_node.identity import check_run_id, run_id_from_volcano_hosts
+
+
+class Settings(BaseModel):
+    """Validated settings; `sources[name]` says flag / environment variable / default."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    shared_dir: Optional[Path] = None
+    run_id: Optional[str] = None
+    timeout: float = Field(900.0, gt=0)
+    master_file: Path = Path("/master")
+    world_size_file: Path = Path("/world_size")
+    state_dir: Path = Path("/run/ascend-node")
+    devices: Optional[str] = None
+    hccn_tool: Optional[str] = None
+    npu_smi: Optional[str] = None
+    hccn_conf: Path = Path("/etc/hccn.conf")
+    file_owner: Optional[tuple[int, int]] = None
+    tool_timeout: float = Field(10.0, gt=0)
+    allow_uneven_devices: bool = False
+    poll_interval: float = Field(0.25, gt=0, le=30)
+    progress_interval: float = Field(10.0, gt=0)
+    master_port: int = Field(8118, ge=1, le=65535)
+    sources: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("file_owner", mode="before")
+    @classmethod
+    def _owner(cls, value: Any) -> Any:
+        if value is None or isinstance(value, tuple):
+            return value
+        return parse_owner(str(value))
+
+
+def parse_owner(text: str) -> tuple[int, int]:
+    """`UID[:GID]` (numeric; GID defaults to the running gid)."""
+    uid_s, _, gid_s = text.strip().partition(":")
+    if not uid_s.isdigit() or (gid_s and not gid_s.isdigit()):
+        raise ValueError(f"{text!r} is not UID[:GID] with numeric ids")
+    return int(uid_s), int(gid_s) if gid_s else os.getgid()
+
+
+def _bool(text: str) -> bool:
+    low = text.strip().lower()
+    if low in ("1", "true", "yes", "on"):
+        return True
+    if low in ("0", "false", "no", "off", ""):
+        return False
+    raise ValueError(f"{text!r} is not a boolean (use 1/0, true/false)")
+
+
+@dataclass(frozen=True)
+class Option:
+    name: str
+    flag: Optional[str]
+    env: str
+    fallbacks: tuple[str, ...] = ()  # further environment variables, in order
+    parse: Callable[[str], Any] = str
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option("shared_dir", "--shared-dir", "ASCEND_NODE_SHARED_DIR", ("MODEL_PATH",), Path),
+    Option("run_id", "--run-id", "ASCEND_NODE_RUN_ID", ("KUBEFLOW_RUN_ID", "KFJ_RUN_ID")),
+    Option("timeout", "--timeout", "ASCEND_NODE_TIMEOUT", (), float),
+    Option("master_file", "--master-file", "ASCEND_NODE_MASTER_FILE", (), Path),
+    Option("world_size_file", "--world-size-file", "ASCEND_NODE_WORLD_SIZE_FILE", (), Path),
+    Option("state_dir", "--state-dir", "ASCEND_NODE_STATE_DIR", (), Path),
+    Option("devices", "--devices", "ASCEND_NODE_DEVICES"),
+    Option("hccn_tool", "--hccn-tool", "ASCEND_NODE_HCCN_TOOL"),
+    Option("npu_smi", None, "ASCEND_NODE_NPU_SMI"),
+    Option("hccn_conf", None, "ASCEND_NODE_HCCN_CONF", (), Path),
+    Option("file_owner", "--file-owner", "ASCEND_NODE_FILE_OWNER", (), parse_owner),
+    Option("tool_timeout", None, "ASCEND_NODE_TOOL_TIMEOUT", (), float),
+    Option("allow_uneven_devices", "--allow-uneven-devices",
+           "ASCEND_NODE_ALLOW_UNEVEN_DEVICES", (), _bool),
+    Option("poll_interval", None, "ASCEND_NODE_POLL_INTERVAL", (), float),
+    Option("progress_interval", None, "ASCEND_NODE_PROGRESS_INTERVAL", (), float),
+    Option("master_port", "--master-port", "ASCEND_NODE_MASTER_PORT", ("MASTER_PORT",), int),
+)
+
+
+def resolve_settings(flags: Mapping[str, Any], environ: Mapping[str, str]) -> Settings:
+    """Flags (None = not given) over environment over defaults; ConfigError names the culprit."""
+    values: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    for opt in OPTIONS:
+        given = flags.get(opt.name)
+        if given is not None and given is not False:
+            values[opt.name], sources[opt.name] = given, f"flag {opt.flag}"
+            continue
+        for var in (opt.env, *opt.fallbacks):
+            raw = environ.get(var)
+            if raw is not None and raw.strip():
+                try:
+                    values[opt.name] = opt.parse(raw.strip())
+                except ValueError as exc:
+                    raise ConfigError(
+                        f"{var}={raw!r} is invalid: {_why(exc)}",
+                        f"fix or unset {var}" + (f" (or pass {opt.flag})" if opt.flag else ""),
+                    ) from exc
+                sources[opt.name] = f"environment {var}"
+                break
+        else:
+            sources[opt.name] = "default"
+    if "run_id" not in values:
+        found = run_id_from_volcano_hosts(environ)
+        if found:
+            values["run_id"], sources["run_id"] = found, "discovered (Volcano job name)"
+    if "run_id" in values:
+        values["run_id"] = check_run_id(str(values["run_id"]), sources["run_id"])
+    try:
+        return Settings(**values, sources=sources)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        name = str(err["loc"][0]) if err["loc"] else "?"
+        src = sources.get(name, "?")
+        raise ConfigError(
+            f"{name.replace('_', '-')}={values.get(name)!r} (from {src}) is invalid: {err['msg']}",
+            "see `ascend-node --help` for the accepted values",
+        ) from exc
+
+
+def _why(exc: ValueError) -> str:
+    text = str(exc)
+    return text if text else exc.__class__.__name__
+
+
+def describe_sources(settings: Settings) -> list[str]:
+    """One line per setting: value and where it came from (for --verbose)."""
+    lines = []
+    for opt in OPTIONS:
+        value = getattr(settings, opt.name)
+        lines.append(f"{opt.name} = {value!r}  [{settings.sources.get(opt.name, 'default')}]")
+    return lines

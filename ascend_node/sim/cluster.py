@@ -1,0 +1,233 @@
+"""Run N real agent processes, each with its own Volcano-like environment.
+
+Each simulated pod is `python -m ascend_node <command>` with ROLE / VC_TASK_INDEX /
+VC_MASTER_NUM / VC_WORKER_NUM / K8S_POD_IP / POD_UID set as Volcano and the downward API
+would, its own state dir, and its own fake NPUs. They meet on one shared directory,
+exactly as pods on one PVC. Addresses are strings from documentation-style ranges that
+nothing connects to.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from ascend_node.sim.fake_tools import FakeDevice, install_tools, tool_env, write_node_data
+
+_POD_BASE = ipaddress.IPv4Address("10.200.0.10")
+_HOST_BASE = ipaddress.IPv4Address("10.100.0.10")
+_DEV_BASE = ipaddress.IPv4Address("10.20.1.0")
+
+
+def pod_ip(index: int) -> str:
+    return str(_POD_BASE + index)
+
+
+def host_ip(index: int) -> str:
+    return str(_HOST_BASE + index)
+
+
+def device_ip(index: int, device: int) -> str:
+    return str(_DEV_BASE + index * 16 + device)
+
+
+@dataclass
+class SimSpec:
+    nodes: int = 2
+    devices: int = 8
+    masters: int = 1
+    run_id: str = "sim"
+    timeout: float = 60.0
+    tool_delay: float = 0.0
+    start_delays: Optional[Sequence[float]] = None
+    command: Sequence[str] = ("ranktable", "--json")
+    extra_env: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class SimNode:
+    """One simulated pod: its index, environment and fake devices (editable by tests)."""
+
+    index: int
+    env: dict[str, str]
+    devices: list[FakeDevice]
+    state_dir: Path
+    data_dir: Path
+    start_delay: float = 0.0
+    argv: list[str] = field(default_factory=list)
+
+
+@dataclass
+class NodeResult:
+    index: int
+    exit_code: int
+    seconds: float
+    stdout: str
+    stderr: str
+    state_dir: Path
+
+    @property
+    def last_error(self) -> str:
+        lines = [ln for ln in self.stderr.splitlines() if ln.strip()]
+        return lines[-1] if lines else ""
+
+
+@dataclass
+class SimReport:
+    spec: SimSpec
+    shared_dir: Path
+    results: list[NodeResult]
+    wall_seconds: float
+    table_text: Optional[str]
+
+    @property
+    def ok(self) -> bool:
+        return all(r.exit_code == 0 for r in self.results) and self.identical
+
+    @property
+    def identical(self) -> bool:
+        texts = set()
+        for r in self.results:
+            local = r.state_dir / "ranktable.json"
+            texts.add(local.read_bytes() if local.is_file() else b"")
+        return len(texts) == 1 and b"" not in texts
+
+    @property
+    def worst_exit(self) -> int:
+        codes = [r.exit_code for r in self.results if r.exit_code != 0]
+        return max(codes) if codes else (0 if self.identical else 1)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "nodes": self.spec.nodes, "devices_per_node": self.spec.devices,
+            "shared_dir": str(self.shared_dir), "ok": self.ok,
+            "identical_tables": self.identical, "wall_seconds": round(self.wall_seconds, 3),
+            "results": [{"node": r.index, "exit_code": r.exit_code,
+                         "seconds": round(r.seconds, 3), "message": r.last_error}
+                        for r in self.results],
+            "ranktable": json.loads(self.table_text) if self.table_text else None,
+        }
+
+
+def prepare(spec: SimSpec, work: Path, shared_dir: Path) -> list[SimNode]:
+    """Environment and fake devices for every node; nothing is started."""
+    hccn_tool, npu_smi = install_tools(work / "bin")
+    workers = spec.nodes - spec.masters
+    nodes = []
+    for index in range(spec.nodes):
+        role = "master" if index < spec.masters else "worker"
+        task = index if role == "master" else index - spec.masters
+        node_dir = work / f"node-{index}"
+        state = node_dir / "state"
+        data = node_dir / "hccn"
+        env = {
+            k: v for k, v in os.environ.items()
+            if not k.startswith(("ASCEND_NODE_", "VC_", "VK_", "K8S_", "KUBEFLOW_", "KFJ_"))
+            and k not in ("ROLE", "POD_UID", "POD_IP", "MODEL_PATH", "ASCEND_VISIBLE_DEVICES")
+        }
+        env.update({
+            "ROLE": role, "VC_TASK_INDEX": str(task),
+            "VC_MASTER_NUM": str(spec.masters), "VC_WORKER_NUM": str(workers),
+            "K8S_POD_IP": pod_ip(index), "K8S_HOST_IP": host_ip(index),
+            "POD_UID": str(uuid.uuid4()),
+            "ASCEND_NODE_SHARED_DIR": str(shared_dir), "ASCEND_NODE_RUN_ID": spec.run_id,
+            "ASCEND_NODE_STATE_DIR": str(state),
+            "ASCEND_NODE_MASTER_FILE": str(node_dir / "master"),
+            "ASCEND_NODE_WORLD_SIZE_FILE": str(node_dir / "world_size"),
+            "ASCEND_NODE_TIMEOUT": f"{spec.timeout:g}",
+            "ASCEND_NODE_HCCN_CONF": str(node_dir / "hccn.conf"),
+            "ASCEND_NODE_PROGRESS_INTERVAL": "2",
+            "ASCEND_VISIBLE_DEVICES": ",".join(str(d) for d in range(spec.devices)),
+            "PYTHONUNBUFFERED": "1",
+        })
+        env.update(tool_env(hccn_tool, npu_smi, data, spec.tool_delay))
+        env.update(spec.extra_env)
+        devices = [FakeDevice(d, device_ip(index, d)) for d in range(spec.devices)]
+        delay = spec.start_delays[index] if spec.start_delays else 0.0
+        nodes.append(SimNode(index, env, devices, state, data, delay,
+                             [sys.executable, "-m", "ascend_node", *spec.command]))
+    return nodes
+
+
+def launch(nodes: Sequence[SimNode], timeout: float) -> list[NodeResult]:
+    """Start every node (after its start delay) and wait for all; returns in index order."""
+    for node in nodes:
+        write_node_data(node.data_dir, node.devices)
+    procs: dict[int, tuple[subprocess.Popen[bytes], float, Any, Any]] = {}
+    order = sorted(nodes, key=lambda n: n.start_delay)
+    t0 = time.monotonic()
+    for node in order:
+        wait = t0 + node.start_delay - time.monotonic()
+        if wait > 0:
+            time.sleep(wait)
+        node.state_dir.parent.mkdir(parents=True, exist_ok=True)
+        out = open(node.state_dir.parent / "stdout.txt", "w+b")  # noqa: SIM115
+        err = open(node.state_dir.parent / "stderr.txt", "w+b")  # noqa: SIM115
+        proc = subprocess.Popen(node.argv, env=node.env, stdout=out, stderr=err,
+                                stdin=subprocess.DEVNULL)
+        procs[node.index] = (proc, time.monotonic(), out, err)
+    results = []
+    hard_end = time.monotonic() + timeout + 60
+    for node in nodes:
+        proc, started, out, err = procs[node.index]
+        try:
+            code = proc.wait(timeout=max(1.0, hard_end - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            code = proc.wait()
+        seconds = time.monotonic() - started
+        out.seek(0)
+        err.seek(0)
+        results.append(NodeResult(node.index, code, seconds,
+                                  out.read().decode(errors="replace"),
+                                  err.read().decode(errors="replace"), node.state_dir))
+        out.close()
+        err.close()
+    return results
+
+
+def run_cluster(spec: SimSpec, shared_dir: Optional[Path] = None,
+                work: Optional[Path] = None) -> SimReport:
+    """The whole simulation: prepare, launch, collect, report."""
+    work = work or Path(tempfile.mkdtemp(prefix="ascend-node-sim-"))
+    shared = shared_dir or (work / "shared")
+    shared.mkdir(parents=True, exist_ok=True)
+    nodes = prepare(spec, work, shared)
+    if spec.start_delays is None and spec.nodes > 1:
+        for node in nodes:
+            node.start_delay = random.uniform(0, 0.5)
+    t0 = time.monotonic()
+    results = launch(nodes, spec.timeout)
+    wall = time.monotonic() - t0
+    table_path = shared / f"ranktable-{spec.run_id}.json"
+    text = table_path.read_text() if table_path.is_file() else None
+    return SimReport(spec, shared, results, wall, text)
+
+
+def format_report(report: SimReport) -> str:
+    lines = []
+    if report.table_text:
+        lines.append(report.table_text.rstrip())
+    lines.append("")
+    lines.append(f"{'node':>5} {'exit':>5} {'seconds':>8}  message")
+    for r in report.results:
+        msg = "ok" if r.exit_code == 0 else r.last_error
+        lines.append(f"{r.index:>5} {r.exit_code:>5} {r.seconds:>8.2f}  {msg}")
+    verdict = "identical tables on every node" if report.identical else "TABLES DIFFER"
+    lines.append(
+        f"{report.spec.nodes} nodes x {report.spec.devices} NPUs: "
+        f"{sum(r.exit_code == 0 for r in report.results)} ok, {verdict}, "
+        f"{report.wall_seconds:.2f} s wall; shared dir {report.shared_dir}"
+    )
+    return "\n".join(lines)

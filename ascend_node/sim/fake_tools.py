@@ -1,0 +1,124 @@
+"""Fake `hccn_tool` and `npu-smi`: a tiny sh script answering from per-node data files.
+
+A shell script, not Python: a node queries every NPU at start, and 64 simulated nodes
+x 16 NPUs of Python start-ups would measure the interpreter, not the agent.
+Outputs follow real captures (fixtures/hccn/*.txt): `ipaddr:`/`netmask:` lines,
+`link status: UP`, `net health status: Success`, the `tls switch[0]` line, and the
+ping summary.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+HCCN_TOOL_SCRIPT = r"""#!/bin/sh
+# Fake hccn_tool (ascend-node simulation): answers from $ASCEND_NODE_SIM_DATA.
+dev=; what=; addr=
+while [ $# -gt 0 ]; do
+  case $1 in
+    -i) dev=$2; shift 2 ;;
+    -g|-s|-inet6) shift ;;
+    address|ipv6_address) addr=$2; shift 2 ;;
+    -*) what=${1#-}; shift ;;
+    *) shift ;;
+  esac
+done
+if [ -n "${ASCEND_NODE_SIM_DELAY:-}" ]; then sleep "$ASCEND_NODE_SIM_DELAY"; fi
+d=${ASCEND_NODE_SIM_DATA:?ASCEND_NODE_SIM_DATA is not set}
+if [ "$what" = ping ]; then
+  if [ -f "$d/$dev.ping.$addr" ]; then cat "$d/$dev.ping.$addr"; exit 0; fi
+  if [ -f "$d/$dev.ping" ]; then sed "s/@ADDR@/$addr/g" "$d/$dev.ping"; exit 0; fi
+fi
+if [ -f "$d/$dev.$what" ]; then cat "$d/$dev.$what"; exit 0; fi
+if [ -f "$d/$dev.$what.exit" ]; then exit "$(cat "$d/$dev.$what.exit")"; fi
+echo "Error: invalid device id $dev or command -$what" >&2
+exit 255
+"""
+
+NPU_SMI_SCRIPT = r"""#!/bin/sh
+# Fake npu-smi (ascend-node simulation): `info -m` from $ASCEND_NODE_SIM_DATA/npu-smi-m.
+d=${ASCEND_NODE_SIM_DATA:?ASCEND_NODE_SIM_DATA is not set}
+if [ "$1 $2" = "info -m" ] && [ -f "$d/npu-smi-m" ]; then cat "$d/npu-smi-m"; exit 0; fi
+echo "npu-smi: unsupported in simulation: $*" >&2
+exit 1
+"""
+
+PING_OK = (
+    "device {dev} PING @ADDR@\n"
+    "recv seq=0,time=1.418000ms\nrecv seq=1,time=0.105000ms\nrecv seq=2,time=0.093000ms\n"
+    "3 packets transmitted, 3 received, 0.00% packet loss\n"
+)
+PING_LOST = (
+    "device {dev} PING @ADDR@\n"
+    "recv time out seq=0\nrecv time out seq=1\nrecv time out seq=2\n"
+    "3 packets transmitted, 0 received, 100.00% packet loss\n"
+)
+
+
+@dataclass
+class FakeDevice:
+    """What one fake NPU answers. `ip=None` prints nothing for `-ip -g` (as a real
+    device without an address does, fixtures/hccn/kg-npu_info.txt)."""
+
+    device_id: int
+    ip: Optional[str]
+    netmask: str = "255.255.255.0"
+    link: str = "UP"
+    health: str = "Success"
+    tls: int = 0
+    unreachable: tuple[str, ...] = ()
+    extra: dict[str, str] = field(default_factory=dict)
+
+
+def install_tools(bin_dir: Path) -> tuple[Path, Path]:
+    """Write the two scripts into `bin_dir` (once per simulation)."""
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    out = []
+    for name, text in (("hccn_tool", HCCN_TOOL_SCRIPT), ("npu-smi", NPU_SMI_SCRIPT)):
+        path = bin_dir / name
+        path.write_text(text)
+        path.chmod(0o755)
+        out.append(path)
+    return out[0], out[1]
+
+
+def write_node_data(data_dir: Path, devices: list[FakeDevice]) -> None:
+    """The files one node's fake tools answer from."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    files: dict[str, str] = {}
+    for d in devices:
+        i = d.device_id
+        files[f"{i}.ip"] = f"ipaddr:{d.ip}\nnetmask:{d.netmask}\n" if d.ip is not None else "\n"
+        files[f"{i}.link"] = f"link status: {d.link}\n"
+        files[f"{i}.net_health"] = f"net health status: {d.health}\n"
+        files[f"{i}.tls"] = (
+            f"dev_id:{i}, tls switch[{d.tls}](0:disable, 1:enable), tls preconfigured[1]"
+            "(0:non-preset, 1:preset), tls alarm time threshold[60]days\n"
+        )
+        files[f"{i}.ping"] = PING_OK.format(dev=i)
+        for addr in d.unreachable:
+            files[f"{i}.ping.{addr}"] = PING_LOST.format(dev=i).replace("@ADDR@", addr)
+        files.update({f"{i}.{k}": v for k, v in d.extra.items()})
+    rows = ["\tNPU ID    Chip ID    Chip Logic ID    Chip Name"]
+    rows += [f"\t{d.device_id}    0    {d.device_id}    Ascend 910B3" for d in devices]
+    files["npu-smi-m"] = "\n".join(rows) + "\n"
+    for name, text in files.items():
+        (data_dir / name).write_text(text)
+
+
+def tool_env(hccn_tool: Path, npu_smi: Path, data_dir: Path, delay: float = 0.0
+             ) -> Mapping[str, str]:
+    env = {
+        "ASCEND_NODE_HCCN_TOOL": str(hccn_tool),
+        "ASCEND_NODE_NPU_SMI": str(npu_smi),
+        "ASCEND_NODE_SIM_DATA": str(data_dir),
+    }
+    if delay > 0:
+        env["ASCEND_NODE_SIM_DELAY"] = f"{delay:g}"
+    return env
+
+
+__all__ = ["FakeDevice", "install_tools", "tool_env", "write_node_data"]

@@ -1,0 +1,100 @@
+"""The one place that runs external programs: always an argv list, always a timeout.
+
+Vendor tools (`hccn_tool`, `npu-smi`) can hang when the driver is wedged; a bootstrap
+agent that hangs with them is worse than one that fails with the command it ran.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Optional
+
+from ascend_node.errors import ToolError
+
+DEFAULT_TOOL_TIMEOUT = 10.0
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    argv: tuple[str, ...]
+    returncode: int
+    stdout: str
+    stderr: str
+
+    @property
+    def command(self) -> str:
+        return " ".join(self.argv)
+
+
+def tool_timeout_from_env(environ: Mapping[str, str]) -> float:
+    """`ASCEND_NODE_TOOL_TIMEOUT` (seconds, > 0), else 10 s."""
+    raw = environ.get("ASCEND_NODE_TOOL_TIMEOUT", "").strip()
+    if not raw:
+        return DEFAULT_TOOL_TIMEOUT
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not value > 0 or value != value:  # rejects NaN and non-positive
+        from ascend_node.errors import ConfigError
+
+        raise ConfigError(
+            f"ASCEND_NODE_TOOL_TIMEOUT={raw!r} is not a positive number of seconds",
+            "set it to e.g. 10, or unset it for the default",
+        )
+    return value
+
+
+def run_tool(
+    argv: Sequence[str],
+    timeout: float = DEFAULT_TOOL_TIMEOUT,
+    env: Optional[Mapping[str, str]] = None,
+    input_text: Optional[str] = None,
+) -> ToolResult:
+    """Run `argv`, capture text output; raise ToolError on timeout or a missing binary.
+
+    A non-zero exit is *not* an error here: callers decide, because `hccn_tool`
+    prints useful text even when it fails.
+    """
+    args = [str(a) for a in argv]
+    try:
+        proc = subprocess.run(
+            args,
+            capture_output=True,
+            text=True,
+            errors="replace",
+            timeout=timeout,
+            env=dict(env) if env is not None else None,
+            input=input_text,
+            stdin=None if input_text is not None else subprocess.DEVNULL,
+            check=False,
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise ToolError(
+            f"`{' '.join(args)}` did not finish within {timeout:g} s",
+            "the driver may be busy or wedged; check `npu-smi info`, or raise "
+            "ASCEND_NODE_TOOL_TIMEOUT",
+        ) from exc
+    except FileNotFoundError as exc:
+        raise ToolError(
+            f"`{args[0]}` not found",
+            "mount /usr/local/Ascend/driver into the container or set the tool path",
+        ) from exc
+    except PermissionError as exc:
+        raise ToolError(
+            f"`{args[0]}` is not executable ({exc.strerror})",
+            "check the file mode of the tool",
+        ) from exc
+    except OSError as exc:
+        raise ToolError(f"`{args[0]}` could not be started: {exc.strerror or exc}") from exc
+    return ToolResult(tuple(args), proc.returncode, proc.stdout, proc.stderr)
+
+
+def which(name: str, path: Optional[str] = None) -> Optional[str]:
+    """Like shutil.which, kept here so every tool lookup has one home."""
+    import shutil
+
+    return shutil.which(name, path=path if path is not None else os.environ.get("PATH"))
