@@ -898,7 +898,7 @@ def validate_file(
 
     if len(text_path) > MAX_PATH_LENGTH:
         add(
-            f"path {_show(text_path)} is {len(text_path)} characters: MindIE ignores a "
+            f"path {text_path} is {len(text_path)} characters: MindIE ignores a "
             f"RANK_TABLE_FILE longer than {MAX_PATH_LENGTH}"
         )
     try:
@@ -911,10 +911,8 @@ def validate_file(
     real = os.path.realpath(text_path)
     if _PATH_CHARS.fullmatch(real) is None:
         bad = sorted({ch for ch in real if _PATH_CHARS.fullmatch(ch) is None})
-        add(
-            f"real path {_show(real)} contains {_show(''.join(bad))}: atb_llm allows only "
-            "[0-9a-zA-Z_./-]"
-        )
+        shown = ", ".join(json.dumps(ch, ensure_ascii=False) for ch in bad)
+        add(f"real path {real} contains {shown}: atb_llm allows only [0-9a-zA-Z_./-]")
     try:
         info = os.stat(text_path)
     except OSError as exc:

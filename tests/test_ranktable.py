@@ -258,7 +258,7 @@ def test_master_ip_without_rank_zero_is_invalid_input() -> None:
 
 def test_local_server_refuses_an_ambiguous_match() -> None:
     table = build_rank_table([server(0, [0]), server(1, [0], pod="172.16.0.10")])
-    with pytest.raises(ClusterInconsistent, match="172.16.0.10 appears on 2 servers"):
+    with pytest.raises(ClusterInconsistent, match=r"172\.16\.0\.10 appears on 2 servers"):
         local_server(table, "172.16.0.10")
 
 
@@ -485,12 +485,14 @@ def test_file_of_exactly_10_mib_is_read(tmp_path: Path) -> None:
     assert validate_file(path) == []
 
 
-@pytest.mark.parametrize("name", ["rank table.json", "rank@table.json", "ränk.json"])
-def test_special_characters_in_the_real_path(tmp_path: Path, name: str) -> None:
+@pytest.mark.parametrize(
+    ("name", "bad"),
+    [("rank table.json", '" "'), ("rank@table:1.json", '":", "@"'), ("ränk.json", '"ä"')],
+)
+def test_special_characters_in_the_real_path(tmp_path: Path, name: str, bad: str) -> None:
     path = write(tmp_path / name, good_text())
     [message] = file_messages(validate_file(path))
-    assert message.startswith(f"real path {json.dumps(str(path))[:61]}")
-    assert "[0-9a-zA-Z_./-]" in message
+    assert message == (f"real path {path} contains {bad}: atb_llm allows only [0-9a-zA-Z_./-]")
 
 
 def test_path_longer_than_256_characters(tmp_path: Path) -> None:
