@@ -202,13 +202,15 @@ def capture_set_env(
 
     for line in result.stderr.splitlines():
         if line.startswith(_FAILED + " "):
-            _, index, status = line.split()
-            raise _failure(paths, int(index), f"failed with status {status}", result.stderr)
-    head, sentinel, dump = result.stdout.rpartition(_SENTINEL + "\0")
+            _, failed_index, status = line.split()
+            raise _failure(paths, int(failed_index), f"failed with status {status}", result.stderr)
+    _, sentinel, dump = result.stdout.rpartition(_SENTINEL + "\0")
     if result.returncode != 0 or not sentinel:
-        index = _last_sourced(result.stderr)
         raise _failure(
-            paths, index, f"exited the shell (status {result.returncode})", result.stderr
+            paths,
+            _last_sourced(result.stderr),
+            f"exited the shell (status {result.returncode})",
+            result.stderr,
         )
     changed, unset = diff_env(start, parse_env0(dump))
     return EnvDelta(changed, unset, paths)
