@@ -45,6 +45,7 @@ import re
 import stat
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from json.encoder import encode_basestring_ascii as _quote
 from typing import Any, Literal, Optional, Union
 
 from ascend_node.errors import ClusterInconsistent, InvalidInputError
@@ -65,7 +66,10 @@ MINDIE_MAX_RANK_ID = 511
 MAX_FILE_SIZE = 10 * 1024 * 1024
 MAX_PATH_LENGTH = 256
 _PATH_CHARS = re.compile(r"[0-9a-zA-Z_./-]*")
-_DECIMAL = re.compile(r"0|[1-9][0-9]*")
+# 18 digits keep int() cheap and safe (Python limits int() of long strings); no field of a
+# rank table comes anywhere near that.
+_DECIMAL = re.compile(r"0|[1-9][0-9]{0,17}")
+_NOT_DECIMAL = "is not a canonical decimal number (digits only, no leading zero, up to 18)"
 # Values quoted in messages are cut here, so a 10 MiB garbage string makes a readable line.
 _SHOW_LIMIT = 60
 
@@ -173,10 +177,46 @@ def build_rank_table(servers: Sequence[ServerEntry]) -> dict[str, Any]:
 def render_rank_table(table: Mapping[str, Any]) -> str:
     """Canonical text of a table: every node renders equal tables to identical bytes.
 
-    Insertion order is kept (no key sorting) so the file reads in the order the HCCL docs
-    show; ``ensure_ascii`` keeps the bytes independent of the locale.
+    The text is exactly ``json.dumps(table, indent=2, ensure_ascii=True) + "\n"``: insertion
+    order is kept (no key sorting) so the file reads in the order the HCCL docs show, and
+    ``ensure_ascii`` keeps the bytes independent of the locale. The stdlib encoder falls back
+    to pure Python when indenting, which costs most of the time for thousands of servers, so
+    the common shapes (dicts with string keys, lists, scalars) are rendered here with the C
+    string escaper; anything else goes to ``json.dumps`` itself.
     """
-    return json.dumps(table, indent=2, ensure_ascii=True) + "\n"
+    try:
+        return _render(table, "") + "\n"
+    except (_Unrenderable, RecursionError):
+        return json.dumps(table, indent=2, ensure_ascii=True) + "\n"
+
+
+class _Unrenderable(Exception):
+    """A value the fast path does not mirror exactly; json.dumps decides instead."""
+
+
+def _render(value: object, indent: str) -> str:
+    if isinstance(value, str):
+        return _quote(value)
+    if isinstance(value, dict):
+        if not value:
+            return "{}"
+        inner = indent + "  "
+        parts = []
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise _Unrenderable
+            parts.append(f"{inner}{_quote(key)}: {_render(item, inner)}")
+        return "{\n" + ",\n".join(parts) + "\n" + indent + "}"
+    if isinstance(value, (list, tuple)):
+        if not value:
+            return "[]"
+        inner = indent + "  "
+        return (
+            "[\n" + ",\n".join(inner + _render(item, inner) for item in value) + "\n" + indent + "]"
+        )
+    if value is None or isinstance(value, (bool, int, float)):
+        return json.dumps(value)
+    raise _Unrenderable
 
 
 def master_ip(table: Mapping[str, Any]) -> str:
@@ -256,8 +296,8 @@ def _show(value: object) -> str:
         return f"[...] ({len(value)} items)"
     try:
         text = json.dumps(value, ensure_ascii=True)
-    except (TypeError, ValueError):
-        text = repr(value)
+    except (TypeError, ValueError):  # e.g. an int beyond Python's int-to-str digit limit
+        text = f"<{type(value).__name__}>"
     if len(text) > _SHOW_LIMIT:
         size = len(value) if isinstance(value, str) else len(text)
         return f"{text[:_SHOW_LIMIT]}... ({size} chars)"
@@ -270,7 +310,7 @@ def _is_decimal(text: str) -> bool:
 
 
 def _ip_problem(text: str) -> tuple[Optional[IPAddress], str]:
-    """Parse an address a device or server must have; ("", reason) when it is unusable."""
+    """Parse a device address: (address or None, why it is unusable; "" when usable)."""
     try:
         address = ipaddress.ip_address(text)
     except ValueError:
@@ -367,7 +407,7 @@ class _Checker:
         if not _is_decimal(count_text):
             self.add(
                 "$.server_count",
-                f"server_count {_show(count_text)} is not a canonical decimal number",
+                f"server_count {_show(count_text)} {_NOT_DECIMAL}",
             )
             return
         count = int(count_text)
@@ -572,7 +612,7 @@ class _ServerListChecker:
         if not _is_decimal(device_id):
             c.add(
                 f"{path}.device_id",
-                f"device_id {_show(device_id)} is not a canonical decimal number",
+                f"device_id {_show(device_id)} {_NOT_DECIMAL}",
             )
             return
         if device_id in seen:
@@ -627,7 +667,7 @@ class _ServerListChecker:
         if not _is_decimal(rank_text):
             c.add(
                 f"{path}.rank_id",
-                f"rank_id {_show(rank_text)} is not a canonical decimal number"
+                f"rank_id {_show(rank_text)} {_NOT_DECIMAL}"
                 + (' (MindIE matches the master by the exact text "0")' if c.mindie else ""),
             )
             self.ranks_incomplete = True
@@ -838,7 +878,7 @@ class _SuperPods:
         if not _is_decimal(text):
             c.add(
                 f"{path}.super_device_id",
-                f"super_device_id {_show(text)} is not a canonical decimal number",
+                f"super_device_id {_show(text)} {_NOT_DECIMAL}",
             )
             return
         if not self.present or server_id is None:

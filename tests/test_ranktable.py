@@ -306,7 +306,8 @@ json_values = st.recursive(
     | st.integers()
     | st.floats(allow_nan=False)
     | st.text(max_size=20)
-    | st.sampled_from(["0", "00", "1.0", "1.2", "completed", "10.0.0.1", "::1", "-1", ""]),
+    | st.sampled_from(["0", "00", "1.0", "1.2", "completed", "10.0.0.1", "::1", "-1", ""])
+    | st.just("9" * 5000),
     lambda children: (
         st.lists(children, max_size=5)
         | st.dictionaries(
@@ -336,6 +337,18 @@ json_values = st.recursive(
 )
 
 
+@settings(max_examples=200, deadline=None)
+@given(json_values)
+def test_render_is_exactly_the_stdlib_indented_json(value: Any) -> None:
+    table = {"server_list": value, "version": "1.0"}
+    assert render_rank_table(table) == json.dumps(table, indent=2, ensure_ascii=True) + "\n"
+
+
+def test_render_matches_stdlib_for_odd_keys_and_tuples() -> None:
+    table = {"a": {1: "x", None: [()], "b": (1, 2.5, True)}}
+    assert render_rank_table(table) == json.dumps(table, indent=2, ensure_ascii=True) + "\n"
+
+
 def _assert_well_formed(problems: list[Problem]) -> None:
     for problem in problems:
         assert problem.path.startswith("$")
@@ -346,6 +359,16 @@ def _assert_well_formed(problems: list[Problem]) -> None:
 @given(json_values, st.sampled_from(["hccl", "mindie"]))
 def test_validator_never_raises_on_arbitrary_json(doc: Any, target: str) -> None:
     _assert_well_formed(validate_rank_table(doc, target))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("target", ["hccl", "mindie"])
+def test_validator_survives_huge_numbers(target: Any) -> None:
+    doc = json.loads((FIXTURES / "ranktable-2x8.json").read_text())
+    doc["server_count"] = 10**5000  # beyond Python's int-to-str limit
+    doc["server_list"][0]["device"][0]["rank_id"] = "9" * 5000
+    paths = [p.path for p in validate_rank_table(doc, target)]
+    assert "$.server_count" in paths
+    assert "$.server_list[0].device[0].rank_id" in paths
 
 
 def _paths(node: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
