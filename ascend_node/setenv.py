@@ -75,6 +75,9 @@ class EnvDelta:
     changed: dict[str, str]  # variables set or given a new value
     unset: tuple[str, ...]  # variables present before and gone after
     scripts: tuple[str, ...]  # what was sourced, in order
+    # What the scripts printed (stdout and stderr, in order). Worth logging: ATB's
+    # script prints "There is no 'set_env.sh' to import" and still returns 0.
+    output: tuple[str, ...] = ()
 
     def apply(self, env: Mapping[str, str]) -> dict[str, str]:
         """`env` with this delta applied (a new dict)."""
@@ -197,7 +200,8 @@ def capture_set_env(
                 "a set_env.sh is waiting for something (a python3 import, a network path)",
             ) from None
         raise ToolError(
-            f"cannot run bash to source set_env scripts: {exc.cause}", exc.hint
+            f"cannot run bash to source set_env scripts: {exc.cause}",
+            "the vendor set_env.sh scripts need bash; install it in the image",
         ) from None
 
     for line in result.stderr.splitlines():
@@ -213,4 +217,9 @@ def capture_set_env(
             result.stderr,
         )
     changed, unset = diff_env(start, parse_env0(dump))
-    return EnvDelta(changed, unset, paths)
+    output = tuple(
+        line.rstrip()
+        for line in result.stderr.splitlines()
+        if line.strip() and not line.startswith((_SOURCING + " ", _FAILED + " "))
+    )
+    return EnvDelta(changed, unset, paths, output)

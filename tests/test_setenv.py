@@ -101,6 +101,7 @@ def test_scripts_are_sourced_in_one_shell_from_their_real_paths(tmp_path: Path) 
     }
     assert delta.unset == ()
     assert delta.scripts == (cann, atb)
+    assert delta.output == ("chatter on stdout",)
 
 
 def test_values_with_newlines_equals_and_unsets(tmp_path: Path) -> None:
@@ -174,8 +175,9 @@ def test_a_hanging_script_times_out(tmp_path: Path) -> None:
 
 def test_missing_bash_is_a_tool_error(tmp_path: Path) -> None:
     s = script(tmp_path / "set_env.sh", "")
-    with pytest.raises(ToolError, match="cannot run bash"):
+    with pytest.raises(ToolError, match="cannot run bash") as info:
         capture_set_env([s], BASE, bash=str(tmp_path / "no-bash"))
+    assert "need bash" in info.value.hint
 
 
 def test_apply_adds_changes_and_drops_unsets() -> None:
