@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, Optional
 
 from ascend_node.errors import ClusterInconsistent, ConfigError, PeerTimeout
+from ascend_node.identity import check_run_id
 
 Kind = Literal["mindie", "training"]
 KINDS = ("mindie", "training")
@@ -62,7 +63,6 @@ _DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _DNS1123_SUBDOMAIN = re.compile(
     r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 )
-_RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 # MindIE refuses paths with other characters; the model dir holds the shared table.
 _SAFE_PATH = re.compile(r"^/[0-9A-Za-z_./-]+$")
 _RESOURCE_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
@@ -126,12 +126,8 @@ def validate(p: ManifestParams) -> None:
     if p.namespace is not None and (len(p.namespace) > 63 or not _DNS1123_LABEL.match(p.namespace)):
         raise ConfigError(f"namespace {p.namespace!r} is not a DNS-1123 label",
                           "use lower-case letters, digits and '-', at most 63 characters")
-    if not isinstance(p.run_id, str) or not _RUN_ID.match(p.run_id):
-        raise ConfigError(
-            f"run id {p.run_id!r} is not 1-63 characters of [A-Za-z0-9_.-] starting with a "
-            "letter or digit",
-            "the run id becomes part of file names on the shared volume; e.g. llama-20250101",
-        )
+    # The agent's own rule: the run id becomes part of file names on the shared volume.
+    check_run_id(p.run_id if isinstance(p.run_id, str) else repr(p.run_id), "run_id")
     if (not isinstance(p.model_path, str) or not _SAFE_PATH.match(p.model_path)
             or p.model_path.rstrip("/") == "" or ".." in p.model_path.split("/")):
         raise ConfigError(

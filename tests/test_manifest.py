@@ -316,6 +316,7 @@ def test_namespace_only_when_given() -> None:
         ({"namespace": "AI"}, "'AI'"),
         ({"run_id": ""}, "run id ''"),
         ({"run_id": "a/b"}, "'a/b'"),
+        ({"run_id": "a..b"}, "'a..b'"),
         ({"model_path": "models"}, "'models'"),
         ({"model_path": "/"}, "'/'"),
         ({"model_path": "/mnt/../etc"}, "'/mnt/../etc'"),
