@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 from ascend_node.errors import ConfigError, DeviceError, ToolError
-from ascend_node.netcheck import family, unusable_reason
+from ascend_node.netcheck import IPAddress, family, parse_ip, unusable_reason
 from ascend_node.tools import ToolResult, run_tool, which
 
 MAX_DEVICE_ID = 63  # MindIE's device_id range [0, 63] (mindie-checks 13)
@@ -31,7 +31,7 @@ class Device:
     device_id: int
     ip: str
     netmask: str
-    ip_source: str  # "hccn_tool" or "/etc/hccn.conf"
+    ip_source: str  # "hccn_tool", or the hccn.conf path the address came from
 
 
 @dataclass(frozen=True)
@@ -162,25 +162,32 @@ def check_device_ips(devices: Sequence[Device], raw: Mapping[int, str]) -> None:
     """Reject what HCCL or MindIE would reject later (DESIGN step 2), naming the device.
 
     `raw` holds what the tool printed for each device, quoted in the message so the
-    operator sees the evidence, not our interpretation of it.
+    operator sees the evidence, not our interpretation of it. Duplicates are compared
+    as addresses, not strings: `2001:db8::1` and `2001:0db8::1` are one NIC address.
     """
-    seen: dict[str, int] = {}
+    seen: dict[IPAddress, Device] = {}
     for dev in devices:
         printed = raw.get(dev.device_id, "").strip().replace("\n", "\\n")
-        reason = unusable_reason(dev.ip) if dev.ip != "-1" else "failed-query sentinel -1"
+        reason = unusable_reason(dev.ip) if dev.ip != "-1" else "failed-query sentinel"
         if reason is not None:
+            value = f" {dev.ip!r} from {dev.ip_source}" if dev.ip else ""
             raise DeviceError(
-                f"device {dev.device_id} has no usable RoCE IP ({reason}): "
+                f"device {dev.device_id} has no usable RoCE IP ({reason}{value}): "
                 f"`hccn_tool -i {dev.device_id} -ip -g` printed {printed[:200]!r}",
                 f"set it with `hccn_tool -i {dev.device_id} -ip -s address <ip> netmask <mask>` "
                 f"or add address_{dev.device_id}= to /etc/hccn.conf",
             )
-        if dev.ip in seen:
+        addr = parse_ip(dev.ip)
+        assert addr is not None  # unusable_reason accepted it
+        first = seen.get(addr)
+        if first is not None:
             raise DeviceError(
-                f"devices {seen[dev.ip]} and {dev.device_id} share the IP {dev.ip}",
-                "every NPU needs its own RoCE IP; fix /etc/hccn.conf on the host",
+                f"devices {first.device_id} and {dev.device_id} share the IP {dev.ip} "
+                f"({first.ip_source}, {dev.ip_source})",
+                "every NPU needs its own RoCE IP; fix the addresses with hccn_tool or "
+                "/etc/hccn.conf on the host",
             )
-        seen[dev.ip] = dev.device_id
+        seen[addr] = dev
     families = {family(d.ip) for d in devices}
     if len(families) > 1:
         listing = ", ".join(f"{d.device_id}={d.ip}" for d in devices)
@@ -206,10 +213,15 @@ def enumerate_devices(
     npu_smi: str,
     tool_timeout: float,
     dev_dir: str = "/dev",
+    explicit_source: str = "--devices",
 ) -> DeviceIds:
-    """Physical ids: --devices, else ASCEND_VISIBLE_DEVICES, else /dev/davinciN, else npu-smi."""
+    """Physical ids: --devices, else ASCEND_VISIBLE_DEVICES, else /dev/davinciN, else npu-smi.
+
+    `explicit_source` names where `explicit` came from (the flag or ASCEND_NODE_DEVICES),
+    so an error quotes the setting the operator actually wrote.
+    """
     if explicit:
-        return DeviceIds(parse_device_list(explicit, "--devices"), "--devices")
+        return DeviceIds(parse_device_list(explicit, explicit_source), explicit_source)
     visible = environ.get("ASCEND_VISIBLE_DEVICES", "").strip()
     if visible:
         ids = parse_device_list(visible, "ASCEND_VISIBLE_DEVICES")
@@ -247,23 +259,29 @@ def query_ips(
     max_workers: int = 16,
     runner: Callable[..., ToolResult] = run_tool,
 ) -> tuple[list[Device], dict[int, str]]:
-    """Each device's IP via `hccn_tool -i <id> -ip -g`, concurrently; /etc/hccn.conf fallback.
+    """Each device's IP via `hccn_tool -i <id> -ip -g`, concurrently; hccn.conf fallback.
 
-    The live tool value is preferred: hccn.conf can be stale (facts §1.2).
-    Returns the devices and the raw text each query printed (for messages).
+    The live tool value is preferred: hccn.conf can be stale (facts §1.2). The file is
+    the fallback both when the tool prints no `ipaddr:` and when it cannot run at all
+    (driver tools not mounted, a call that times out), as MindSpore's hccl_tools does;
+    a device that neither answers is a ToolError naming its command.
+    Returns the devices in `ids` order and the raw text each query printed (for messages).
     """
 
-    def one(dev_id: int) -> tuple[int, str, str, str]:
-        res = runner([hccn_tool, "-i", str(dev_id), "-ip", "-g"], timeout=tool_timeout)
+    def one(dev_id: int) -> tuple[int, str, str, str, Optional[ToolError]]:
+        try:
+            res = runner([hccn_tool, "-i", str(dev_id), "-ip", "-g"], timeout=tool_timeout)
+        except ToolError as exc:
+            return dev_id, "", "", "", exc
         ip, mask = parse_hccn_ip(res.stdout)
-        return dev_id, ip, mask, res.stdout + res.stderr
+        return dev_id, ip, mask, res.stdout + res.stderr, None
 
     workers = max(1, min(max_workers, len(ids)))
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="hccn") as pool:
         answers = list(pool.map(one, ids))
 
     conf: dict[int, dict[str, str]] = {}
-    if hccn_conf and any(not ip for _, ip, _, _ in answers):
+    if hccn_conf and any(not ip for _, ip, _, _, _ in answers):
         try:
             with open(hccn_conf, encoding="utf-8", errors="replace") as fh:
                 conf = parse_hccn_conf(fh.read())
@@ -271,15 +289,21 @@ def query_ips(
             conf = {}
     devices: list[Device] = []
     raw: dict[int, str] = {}
-    for dev_id, ip, mask, printed in answers:
+    for dev_id, ip, mask, printed, failure in answers:
         raw[dev_id] = printed
         if ip:
             devices.append(Device(dev_id, ip, mask, "hccn_tool"))
-        else:
-            entry = conf.get(dev_id, {})
-            devices.append(
-                Device(dev_id, entry.get("address", ""), entry.get("netmask", ""), HCCN_CONF)
-            )
+            continue
+        entry = conf.get(dev_id, {})
+        address = entry.get("address", "")
+        if failure is not None and not address:
+            raise ToolError(
+                f"{failure.cause}, and {hccn_conf or 'no hccn.conf'} has no "
+                f"address_{dev_id}= to fall back on",
+                failure.hint,
+            ) from failure
+        source = hccn_conf if address and hccn_conf else "hccn_tool"
+        devices.append(Device(dev_id, address, entry.get("netmask", ""), source))
     return devices, raw
 
 

@@ -6,6 +6,8 @@ import os
 import socket
 from typing import Optional
 
+from ascend_node.netcheck import unusable_reason
+
 
 def default_route_ip() -> Optional[str]:
     """IPv4 (else IPv6) address of the interface holding the default route, via netifaces."""
@@ -18,6 +20,9 @@ def default_route_ip() -> Optional[str]:
         default = gateways.get("default", {})
     except (OSError, ValueError):
         return None
+    if not isinstance(default, dict):
+        return None
+    first: Optional[str] = None
     for fam in (netifaces.AF_INET, netifaces.AF_INET6):
         entry = default.get(fam)
         if not entry:
@@ -29,9 +34,13 @@ def default_route_ip() -> Optional[str]:
             continue
         for addr in addrs:
             value = str(addr.get("addr", "")).split("%", 1)[0]
-            if value:
+            if not value:
+                continue
+            # An interface lists its fe80:: address too; skip it rather than fail on it.
+            if unusable_reason(value) is None:
                 return value
-    return None
+            first = first or value
+    return first  # unusable or None: identity reports it with the reason
 
 
 def _read(path: str) -> str:

@@ -108,7 +108,8 @@ def read_identity(
     sources["worker_count"] = "VC_WORKER_NUM" if src_w == "environment" else "default (0)"
     if masters + workers == 0:
         raise ConfigError(
-            "VC_MASTER_NUM + VC_WORKER_NUM is 0: the job has no nodes",
+            f"VC_MASTER_NUM={environ.get('VC_MASTER_NUM', '(unset)')!s} and "
+            f"VC_WORKER_NUM={environ.get('VC_WORKER_NUM', '(unset)')!s}: the job has no nodes",
             "check the Volcano task replicas and the `svc` plugin",
         )
 

@@ -133,6 +133,13 @@ def resolve_settings(flags: Mapping[str, Any], environ: Mapping[str, str]) -> Se
         err = exc.errors()[0]
         name = str(err["loc"][0]) if err["loc"] else "?"
         src = sources.get(name, "?")
+        var = src[len("environment "):] if src.startswith("environment ") else ""
+        if var:
+            # Quote what the operator wrote, under the name they wrote it.
+            raise ConfigError(
+                f"{var}={environ.get(var, '')!r} is invalid: {err['msg']}",
+                f"fix or unset {var}",
+            ) from exc
         raise ConfigError(
             f"{name.replace('_', '-')}={values.get(name)!r} (from {src}) is invalid: {err['msg']}",
             "see `ascend-node --help` for the accepted values",

@@ -46,6 +46,11 @@ ABORT_GRACE = 5.0
 the attempt, so that every pod of this start-up hears the verdict (exit 5) at once
 instead of waiting for a new attempt until its timeout."""
 
+SETTLE_POLLS = 1.5
+"""Once every slot is present, node 0 re-reads them after this many poll intervals and
+completes only if nothing changed: a pod whose slot a twin overwrote (two pods with one
+index) gets one poll to notice and leave a conflict document."""
+
 log = logging.getLogger("ascend_node.rendezvous")
 
 
@@ -135,6 +140,7 @@ class Rendezvous:
 
     def _follow(self) -> OutcomeDoc:
         published_in: Optional[str] = None
+        outdated_checked: dict[str, list[int]] = {}
         last_log = -1e9
         action: decide.FollowerAction = decide.WaitAttempt("not started")
         while True:
@@ -145,8 +151,21 @@ class Rendezvous:
                 self._warn_once(f"{self.paths.slot(attempt.attempt_id, self.index)}: {slot}"
                                 if attempt else slot)
             action = decide.follower_step(attempt, outcome, slot, self.me, published_in)
-            if isinstance(action, decide.Done):
-                return self._accept(action.outcome)
+            if isinstance(action, decide.Done) and attempt is not None:
+                if attempt.attempt_id not in outdated_checked:
+                    # Once per attempt (O(N), not per poll): has a peer been re-created
+                    # with new data? Then this table is about to be replaced.
+                    outdated_checked[attempt.attempt_id] = self._outdated_slots(
+                        attempt.attempt_id, action.outcome)
+                outdated = outdated_checked[attempt.attempt_id]
+                if not outdated:
+                    return self._accept(action.outcome)
+                names = ", ".join(self.name(i) for i in outdated)
+                action = decide.WaitAttempt(
+                    f"attempt {attempt.attempt_id}'s table no longer matches {names} "
+                    "(re-created with new data); waiting for node 0 to open a new attempt",
+                    "stale-table",
+                )
             if isinstance(action, decide.Fail):
                 raise ClusterInconsistent(action.reason, _restart_hint(self.paths))
             if isinstance(action, decide.Conflict):
@@ -160,6 +179,7 @@ class Rendezvous:
                 and action.kind == "stale-table"
                 and attempt is not None
                 and published_in != attempt.attempt_id
+                and attempt.attempt_id not in outdated_checked
             ):
                 # Leave our new data where node 0 will see it when it next starts.
                 self._publish(attempt.attempt_id)
@@ -302,6 +322,7 @@ class Rendezvous:
         last_log = -1e9
         last_progress: Optional[tuple[tuple[int, ...], tuple[int, ...]]] = None
         abort_since: Optional[float] = None
+        settled: Optional[dict[int, tuple[int, int, int]]] = None
         while True:
             self._check_attempt_still_mine(attempt_id)
             slots = {i: self._cached_slot(attempt_id, i, cache)
@@ -309,7 +330,15 @@ class Rendezvous:
             verdict = decide.evaluate(slots, self.identity.node_count,
                                       self.identity.master_count, self.allow_uneven_devices)
             if isinstance(verdict, decide.Complete):
-                return self._complete(attempt_id, verdict.members)
+                stamps = {i: hit[0] for i, hit in cache.items()}
+                if settled == stamps:
+                    return self._complete(attempt_id, verdict.members)
+                # Everyone is present: look once more after a short settle, so a pod
+                # whose slot was just overwritten by a twin can still say so.
+                settled = stamps
+                self.sleep(self.poll_interval * SETTLE_POLLS)
+                continue
+            settled = None
             if isinstance(verdict, decide.Abort):
                 now = self.clock()
                 if abort_since is None:

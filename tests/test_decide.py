@@ -1,0 +1,191 @@
+"""Pure rendezvous decisions: which attempt, is the cluster consistent, what a follower does."""
+
+from __future__ import annotations
+
+import pytest
+
+from ascend_node.rendezvous import decide
+from ascend_node.rendezvous.models import ConflictDoc, FailureDoc
+from tests.rdzv_docs import RUN, abort_outcome, attempt, data, member, table_outcome
+
+# ------------------------------------------------------------------ choose_attempt
+
+ME0 = data(0)
+TABLE = table_outcome([member(i) for i in range(4)])
+
+
+@pytest.mark.parametrize(
+    ("case", "att", "outcome", "incarnation", "digest", "outdated", "expect"),
+    [
+        ("first start", None, None, "uid-0", ME0.digest(), (), "open"),
+        ("container restart mid-rendezvous", attempt(), None, "uid-0", ME0.digest(), (),
+         "reuse"),
+        ("new pod at node 0, attempt never completed", attempt(), None, "uid-0b",
+         ME0.digest(), (), "open"),
+        ("completed, same data, same pod", attempt(), TABLE, "uid-0", ME0.digest(), (),
+         "reuse"),
+        ("completed, same data, re-created pod", attempt(), TABLE, "uid-0b", ME0.digest(), (),
+         "reuse"),
+        ("completed, node 0's data changed", attempt(), TABLE, "uid-0b",
+         data(0, pod="10.9.9.9").digest(), (), "open"),
+        ("completed, a peer asks for a new attempt", attempt(), TABLE, "uid-0", ME0.digest(),
+         (2,), "open"),
+        ("aborted attempt, same pod", attempt(), abort_outcome(), "uid-0", ME0.digest(), (),
+         "reuse"),
+        ("different node count", attempt(nodes=8), None, "uid-0", ME0.digest(), (), "open"),
+        ("conflict marker from another pod", attempt(conflict="two node 0"), None, "uid-0b",
+         ME0.digest(), (), "open"),
+    ],
+)
+def test_choose_attempt(case, att, outcome, incarnation, digest, outdated, expect):
+    got = decide.choose_attempt(att, outcome, incarnation, digest, 4, 1, outdated)
+    assert isinstance(got, decide.Reuse if expect == "reuse" else decide.Open), case
+    if isinstance(got, decide.Reuse):
+        assert got.attempt_id == "a1"
+
+
+def test_open_reason_names_the_outdated_node():
+    got = decide.choose_attempt(attempt(), TABLE, "uid-0", ME0.digest(), 4, 1, (2,))
+    assert isinstance(got, decide.Open)
+    assert "worker 1 (node 2)" in got.reason
+
+
+# ------------------------------------------------------------------ evaluate
+
+
+def full(n: int = 4, **over: object) -> dict[int, object]:
+    slots: dict[int, object] = {i: member(i, nodes=n) for i in range(n)}
+    slots.update(over)  # type: ignore[arg-type]
+    return slots
+
+
+def test_complete_when_everyone_is_present_in_order():
+    got = decide.evaluate(full(), 4, 1, False)
+    assert isinstance(got, decide.Complete)
+    assert [m.data.global_index for m in got.members] == [0, 1, 2, 3]
+
+
+def test_waiting_names_missing_and_invalid():
+    slots = full()
+    slots[2] = None
+    slots[3] = "is not valid JSON"
+    got = decide.evaluate(slots, 4, 1, False)
+    assert isinstance(got, decide.Waiting)
+    assert got.missing == (2, 3)
+    assert got.present == (0, 1)
+    assert got.invalid == {3: "is not valid JSON"}
+
+
+@pytest.mark.parametrize(
+    ("case", "slots", "nodes_at_fault", "words"),
+    [
+        ("device IP on two nodes",
+         {0: member(0), 1: member(1), 2: member(2, base=-1)}, (1, 2),
+         ["10.20.1.1", "worker 0 (node 1)", "worker 1 (node 2)"]),
+        ("device count mismatch", {0: member(0), 1: member(1, devices=16)}, (0, 1),
+         ["device counts differ", "8 on master 0 (node 0)", "16 on worker 0 (node 1)"]),
+        ("same pod IP twice", {0: member(0), 1: member(1, pod="10.200.0.10")}, (0, 1),
+         ["same pod IP 10.200.0.10"]),
+        ("local failure", {0: member(0), 3: FailureDoc(
+            run_id=RUN, attempt_id="a1", incarnation="u3", global_index=3,
+            cause="device 2 has no usable RoCE IP")}, (3,),
+         ["worker 2 (node 3) failed: device 2 has no usable RoCE IP"]),
+        ("conflict", {1: ConflictDoc(run_id=RUN, attempt_id="a1", global_index=1,
+                                     incarnations=("x", "y"))}, (1,),
+         ["two live pods claim worker 0 (node 1)", "x, y"]),
+        ("node count differs", {0: member(0), 2: member(2, nodes=5)}, (2,),
+         ["sees 5 nodes", "node 0 sees 4"]),
+        ("wrong slot", {1: member(2)}, (1,), ["published global index 2 in slot 1"]),
+    ],
+)
+def test_abort_is_immediate_and_names_the_nodes(case, slots, nodes_at_fault, words):
+    got = decide.evaluate(slots, 4, 1, False)
+    assert isinstance(got, decide.Abort), case
+    assert got.nodes == nodes_at_fault
+    for word in words:
+        assert word in got.reason, (case, got.reason)
+
+
+def test_uneven_device_counts_allowed_for_training():
+    slots = full(3)
+    slots[1] = member(1, nodes=3, devices=4)
+    assert isinstance(decide.evaluate(slots, 3, 1, True), decide.Complete)
+    assert isinstance(decide.evaluate(slots, 3, 1, False), decide.Abort)
+
+
+def test_mixed_ip_families_across_nodes_abort():
+    from ascend_node.rendezvous.models import DeviceRecord, MemberData, MemberDoc
+
+    v6 = MemberDoc(run_id=RUN, attempt_id="a1", incarnation="u1", node_count=2,
+                   master_count=1, agent_version="t",
+                   data=MemberData(global_index=1, role="worker", task_index=0,
+                                   pod_ip="10.200.0.11", host_ip="10.100.0.11",
+                                   devices=tuple(DeviceRecord(device_id=d,
+                                                              device_ip=f"fd00::{d + 1}")
+                                                 for d in range(8))))
+    got = decide.evaluate({0: member(0, nodes=2), 1: v6}, 2, 1, False)
+    assert isinstance(got, decide.Abort)
+    assert "mix IPv4 and IPv6" in got.reason
+
+
+# ------------------------------------------------------------------ follower_step
+
+ME2 = decide.Me(2, "uid-2", data(2).digest(), 1)
+
+
+@pytest.mark.parametrize(
+    ("case", "att", "outcome", "slot", "published_in", "expect"),
+    [
+        ("no attempt", None, None, None, None, decide.WaitAttempt),
+        ("attempt open, not yet published", attempt(), None, None, None, decide.Publish),
+        ("stale slot of an earlier pod", attempt(), None, member(2, incarnation="old"), None,
+         decide.Publish),
+        ("published, waiting", attempt(), None, member(2), "a1", decide.WaitTable),
+        ("restart: my own slot survives", attempt(), None, member(2), None, decide.WaitTable),
+        ("another live pod overwrote my slot", attempt(), None, member(2, incarnation="dup"),
+         "a1", decide.Conflict),
+        ("my slot holds a conflict", attempt(), None,
+         ConflictDoc(run_id=RUN, attempt_id="a1", global_index=2, incarnations=("a", "b")),
+         "a1", decide.Fail),
+        ("table holds me", attempt(), table_outcome([member(i) for i in range(4)]), member(2),
+         "a1", decide.Done),
+        ("table holds me, pod re-created, same data", attempt(),
+         table_outcome([member(i) for i in range(4)]), None, None, decide.Done),
+        ("table holds other data for me", attempt(),
+         table_outcome([member(i, base=50) for i in range(4)]), None, None, decide.WaitAttempt),
+        ("abort I took part in", attempt(), abort_outcome(), member(2), "a1", decide.Fail),
+        ("abort listing me after a restart", attempt(),
+         abort_outcome(participants=("uid-2",)), None, None, decide.Fail),
+        ("abort of an earlier start-up", attempt(), abort_outcome(participants=("old",)), None,
+         None, decide.WaitAttempt),
+        ("attempt marked as conflict", attempt(conflict="two node 0"), None, None, None,
+         decide.Fail),
+    ],
+)
+def test_follower_step(case, att, outcome, slot, published_in, expect):
+    got = decide.follower_step(att, outcome, slot, ME2, published_in)
+    assert isinstance(got, expect), (case, got)
+
+
+def test_stale_kinds_are_distinguished():
+    stale_table = decide.follower_step(
+        attempt(), table_outcome([member(i, base=50) for i in range(4)]), None, ME2, None)
+    assert isinstance(stale_table, decide.WaitAttempt) and stale_table.kind == "stale-table"
+    stale_abort = decide.follower_step(attempt(), abort_outcome(), None, ME2, None)
+    assert isinstance(stale_abort, decide.WaitAttempt) and stale_abort.kind == "stale-abort"
+
+
+def test_verify_table_holds_detects_a_foreign_entry():
+    import json
+
+    from ascend_node.ranktable import build_rank_table, render_rank_table
+    from ascend_node.rendezvous.protocol import to_server
+
+    members = [member(i) for i in range(2)]
+    text = render_rank_table(build_rank_table([to_server(m.data) for m in members]))
+    good = table_outcome(members).model_copy(update={"ranktable_text": text})
+    assert decide.verify_table_holds(good, data(1), 1) is None
+    doc = json.loads(text)
+    doc["server_list"][1]["container_ip"] = "10.9.9.9"
+    bad = good.model_copy(update={"ranktable_text": json.dumps(doc)})
+    assert "worker 0 (node 1)" in (decide.verify_table_holds(bad, data(1), 1) or "")

@@ -1,0 +1,236 @@
+"""The rendezvous contract, with N real agent processes on a shared temporary directory."""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+
+import pytest
+
+from ascend_node.ranktable import validate_rank_table
+from tests.cluster_helpers import (
+    attempt_doc,
+    codes,
+    explain,
+    make_nodes,
+    run,
+    shared_table,
+    table_of,
+)
+
+pytestmark = pytest.mark.multiprocess
+
+
+def assert_agreement(tmp, results, nodes, devices_per_node):
+    assert codes(results) == [0] * len(nodes), explain(results)
+    tables = {table_of(r) for r in results}
+    assert len(tables) == 1, "tables differ between nodes"
+    text = tables.pop()
+    assert (tmp / "shared" / "ranktable-t.json").read_bytes() == text
+    table = json.loads(text)
+    assert table["status"] == "completed" and table["version"] == "1.0"
+    servers = table["server_list"]
+    assert [s["container_ip"] for s in servers] == [n.env["K8S_POD_IP"] for n in nodes]
+    ranks = [int(d["rank_id"]) for s in servers for d in s["device"]]
+    assert ranks == list(range(len(ranks)))
+    for server, count in zip(servers, devices_per_node):
+        ids = [int(d["device_id"]) for d in server["device"]]
+        assert ids == sorted(ids) and len(ids) == count
+    return table
+
+
+def test_64_nodes_masters_and_workers_any_order_agree(tmp_path):
+    nodes = make_nodes(tmp_path, 64, devices=2, masters=2, timeout=90)
+    order = list(range(64))
+    random.shuffle(order)
+    for rank, node in zip(order, nodes):
+        node.start_delay = rank * 0.01
+    table = assert_agreement(tmp_path, run(nodes), nodes, [2] * 64)
+    assert validate_rank_table(table, "mindie") == []
+
+
+def test_20_concurrent_trials_of_16_nodes_lose_no_entry(tmp_path):
+    for trial in range(20):
+        tmp = tmp_path / f"trial-{trial}"
+        masters = random.choice([1, 2, 4])
+        nodes = make_nodes(tmp, 16, devices=2, masters=masters, timeout=60)
+        for node in nodes:
+            node.start_delay = random.uniform(0, 0.3)
+        assert_agreement(tmp, run(nodes), nodes, [2] * 16)
+
+
+def test_uneven_devices_use_prefix_sums_when_allowed(tmp_path):
+    nodes = make_nodes(tmp_path, 3, devices=4, ASCEND_NODE_ALLOW_UNEVEN_DEVICES="1")
+    nodes[1].devices = nodes[1].devices[:2]
+    nodes[1].env["ASCEND_VISIBLE_DEVICES"] = "0,1"
+    table = assert_agreement(tmp_path, run(nodes), nodes, [4, 2, 4])
+    assert [d["rank_id"] for d in table["server_list"][2]["device"]] == ["6", "7", "8", "9"]
+
+
+def test_missing_node_times_out_with_4_naming_it(tmp_path):
+    nodes = make_nodes(tmp_path, 4, masters=1, timeout=4)
+    started = [n for n in nodes if n.index != 2]
+    results = run(started)
+    assert codes(results) == [4, 4, 4], explain(results)
+    for r in results:
+        assert "1 of 4 missing: worker 1 (node 2)" in r.stderr, r.stderr
+    assert "3/4 present, waiting for worker 1 (node 2)" in results[0].stderr
+    status = json.loads((results[1].state_dir / "status.json").read_text())
+    assert status["state"] == "failed" and status["exit_code"] == 4
+
+
+def test_missing_node_0_is_named_by_everyone(tmp_path):
+    nodes = make_nodes(tmp_path, 3, timeout=3)
+    results = run(nodes[1:])
+    assert codes(results) == [4, 4]
+    assert all("missing: master 0 (node 0)" in r.stderr for r in results), explain(results)
+
+
+def _five_quickly(results, timeout_s, words):
+    assert codes(results) == [5] * len(results), explain(results)
+    assert max(r.seconds for r in results) < timeout_s / 2
+    for r in results:
+        assert words in r.stderr, r.stderr
+
+
+def test_device_ip_collision_ends_everyone_with_5(tmp_path):
+    nodes = make_nodes(tmp_path, 4, timeout=60)
+    nodes[3].devices[1].ip = nodes[1].devices[0].ip
+    _five_quickly(run(nodes), 60, f"device IP {nodes[1].devices[0].ip} is used on")
+
+
+def test_device_count_mismatch_ends_everyone_with_5(tmp_path):
+    nodes = make_nodes(tmp_path, 3, timeout=60)
+    nodes[2].env["ASCEND_VISIBLE_DEVICES"] = "0,1"
+    _five_quickly(run(nodes), 60, "device counts differ")
+
+
+def test_two_live_pods_claiming_one_index_end_with_5(tmp_path):
+    nodes = make_nodes(tmp_path, 3, timeout=60)
+    twin = make_nodes(tmp_path / "twin", 3)[2]
+    twin.env.update({k: nodes[0].env[k] for k in ("ASCEND_NODE_SHARED_DIR",)})
+    twin.env["K8S_POD_IP"] = "10.250.0.1"
+    twin.devices = [type(d)(d.device_id, f"10.99.0.{d.device_id + 1}") for d in twin.devices]
+    twin.index = 3
+    nodes[2].start_delay = 0.3
+    results = run([*nodes, twin])
+    _five_quickly(results, 60, "two live pods claim worker 1 (node 2)")
+
+
+def test_local_failure_is_1_and_peers_exit_5_naming_it(tmp_path):
+    nodes = make_nodes(tmp_path, 3, timeout=60)
+    nodes[1].devices[2].ip = None
+    results = run(nodes)
+    assert codes(results) == [5, 1, 5], explain(results)
+    assert "device 2 has no usable RoCE IP" in results[1].stderr
+    for r in (results[0], results[2]):
+        assert "worker 0 (node 1) failed: device 2 has no usable RoCE IP" in r.stderr
+        assert r.seconds < 30
+
+
+# ------------------------------------------------------------------ restarts
+
+
+def test_container_restart_gets_the_same_table_without_a_new_round(tmp_path):
+    nodes = make_nodes(tmp_path, 3)
+    first = run(nodes)
+    assert codes(first) == [0, 0, 0], explain(first)
+    before = attempt_doc(tmp_path)
+    table = table_of(first[0])
+    for index in (1, 0):  # a follower, then the assembler, restart alone
+        again = run([nodes[index]])
+        assert codes(again) == [0], explain(again)
+        assert table_of(again[0]) == table
+        assert attempt_doc(tmp_path) == before
+        assert again[0].seconds < 10
+
+
+def test_container_restart_with_empty_state_dir_gets_the_same_table(tmp_path):
+    nodes = make_nodes(tmp_path, 2)
+    first = run(nodes)
+    assert codes(first) == [0, 0]
+    table = table_of(first[1])
+    for child in nodes[1].state_dir.iterdir():
+        child.unlink()
+    again = run([nodes[1]])
+    assert codes(again) == [0] and table_of(again[0]) == table
+
+
+def recreate(node, new_ip=None, new_device_base=None):
+    import uuid
+
+    node.env["POD_UID"] = str(uuid.uuid4())
+    if new_ip:
+        node.env["K8S_POD_IP"] = new_ip
+    if new_device_base is not None:
+        for d in node.devices:
+            d.ip = f"10.{new_device_base}.{node.index}.{d.device_id + 1}"
+
+
+def test_job_restart_builds_a_new_table_and_uses_nothing_old(tmp_path):
+    nodes = make_nodes(tmp_path, 4)
+    assert codes(run(nodes)) == [0] * 4
+    old = attempt_doc(tmp_path)
+    for node in nodes:
+        recreate(node, new_ip=f"10.210.0.{node.index + 1}", new_device_base=77)
+    nodes[3].start_delay = 2.0  # a late pod: its old slot sits in the old attempt
+    nodes[1].start_delay = 0.0
+    nodes[0].start_delay = 0.5  # followers come first and see the old, completed attempt
+    results = run(nodes)
+    assert codes(results) == [0] * 4, explain(results)
+    table = shared_table(tmp_path)
+    assert [s["container_ip"] for s in table["server_list"]] == [
+        f"10.210.0.{i + 1}" for i in range(4)]
+    assert all(d["device_ip"].startswith("10.77.") for s in table["server_list"]
+               for d in s["device"])
+    assert attempt_doc(tmp_path)["attempt_id"] != old["attempt_id"]
+
+
+def test_recreated_pod_with_identical_data_is_admitted(tmp_path):
+    nodes = make_nodes(tmp_path, 3)
+    first = run(nodes)
+    assert codes(first) == [0, 0, 0]
+    recreate(nodes[2])
+    again = run([nodes[2]])
+    assert codes(again) == [0], explain(again)
+    assert table_of(again[0]) == table_of(first[0])
+
+
+def test_recreated_pod_with_changed_data_is_refused_until_the_job_restarts(tmp_path):
+    nodes = make_nodes(tmp_path, 3, timeout=3)
+    assert codes(run(nodes)) == [0, 0, 0]
+    recreate(nodes[2], new_ip="10.210.0.99")
+    again = run([nodes[2]])
+    assert codes(again) == [4], explain(again)
+    assert "the job must be restarted" in again[0].stderr
+    assert "worker 1 (node 2)" in again[0].stderr
+    # The job restarts: node 0 sees node 2's new data and opens a new attempt.
+    for node in nodes[:2]:
+        recreate(node)
+    for node in nodes:
+        node.env["ASCEND_NODE_TIMEOUT"] = "30"
+    results = run(nodes)
+    assert codes(results) == [0, 0, 0], explain(results)
+    assert shared_table(tmp_path)["server_list"][2]["container_ip"] == "10.210.0.99"
+
+
+def test_sigterm_while_waiting_exits_143_and_leaves_no_partial_file(tmp_path):
+    import signal
+    import subprocess
+
+    nodes = make_nodes(tmp_path, 2, timeout=60)
+    node = nodes[1]
+    from ascend_node.sim.fake_tools import write_node_data
+
+    write_node_data(node.data_dir, node.devices)
+    proc = subprocess.Popen(node.argv, env=node.env, stderr=subprocess.PIPE,
+                            stdout=subprocess.PIPE)
+    time.sleep(1.5)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=20)
+    assert proc.returncode == 143, err.decode()
+    assert b"terminated" in err
+    leftovers = [p for p in (tmp_path / "shared").rglob("*") if ".tmp" in p.name]
+    assert leftovers == []
+    assert not (node.state_dir / "ranktable.json").exists()
