@@ -245,7 +245,7 @@ def enumerate_devices(
     if not ids:
         raise DeviceError(
             f"no NPU visible: `{result.command}` listed no chips "
-            f"(exit {result.returncode}: {result.stdout.strip()[:200]!r})",
+            f"(exit {result.returncode}: {(result.stdout + result.stderr).strip()[:200]!r})",
             "request huawei.com/Ascend910 resources for the pod, or pass --devices",
         )
     return DeviceIds(ids, "npu-smi info -m")

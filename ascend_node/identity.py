@@ -108,8 +108,9 @@ def read_identity(
     sources["worker_count"] = "VC_WORKER_NUM" if src_w == "environment" else "default (0)"
     if masters + workers == 0:
         raise ConfigError(
-            f"VC_MASTER_NUM={environ.get('VC_MASTER_NUM', '(unset)')!s} and "
-            f"VC_WORKER_NUM={environ.get('VC_WORKER_NUM', '(unset)')!s}: the job has no nodes",
+            f"VC_MASTER_NUM={masters if src_m == 'environment' else '(unset)'} and "
+            f"VC_WORKER_NUM={workers if src_w == 'environment' else '(unset)'}: "
+            "the job has no nodes",
             "check the Volcano task replicas and the `svc` plugin",
         )
 

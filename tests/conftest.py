@@ -1,0 +1,57 @@
+"""Shared fixture: real hccn_tool / npu-smi captures, split into per-command blocks.
+
+The captures in fixtures/hccn/ are a command line followed by what it printed. Tests
+feed those blocks to the parsers and to pytest-subprocess fakes, so every faked tool
+speaks the format a real driver printed, not one we imagined.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+HCCN_FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "hccn"
+
+# A command line in a capture: a vendor binary by path (one capture drops the leading
+# slash) or one of the shell commands the collection script ran.
+_COMMAND = re.compile(r"^(?:/?usr/local/\S+|cat|pip|lspci)(?:\s.*)?$")
+
+
+def split_capture(text: str) -> dict[str, str]:
+    """{"hccn_tool -i 0 -ip -g": "ipaddr:...\\nnetmask:...\\n", ...}, first occurrence wins.
+
+    Keys name the binary without its directory; a block keeps its lines verbatim
+    (tabs included), drops trailing blank lines, and ends with a newline unless empty.
+    """
+    blocks: dict[str, list[str]] = {}
+    current: list[str] | None = None
+    for line in text.splitlines():
+        if _COMMAND.match(line):
+            binary, _, args = line.partition(" ")
+            key = " ".join([binary.rsplit("/", 1)[-1], *args.split()])
+            current = [] if key in blocks else blocks.setdefault(key, [])
+            continue
+        if current is not None:
+            current.append(line)
+    out = {}
+    for key, lines in blocks.items():
+        while lines and not lines[-1].strip():
+            lines.pop()
+        out[key] = "\n".join(lines) + "\n" if lines else ""
+    return out
+
+
+@pytest.fixture(scope="session")
+def hccn_capture() -> Callable[[str], dict[str, str]]:
+    """`hccn_capture("kg-npu_info.txt")["npu-smi info -m"]` -> what that command printed."""
+    cache: dict[str, dict[str, str]] = {}
+
+    def load(name: str) -> dict[str, str]:
+        if name not in cache:
+            cache[name] = split_capture((HCCN_FIXTURES / name).read_text(encoding="utf-8"))
+        return cache[name]
+
+    return load
