@@ -133,15 +133,17 @@ def resolve_settings(flags: Mapping[str, Any], environ: Mapping[str, str]) -> Se
         err = exc.errors()[0]
         name = str(err["loc"][0]) if err["loc"] else "?"
         src = sources.get(name, "?")
+        flag = next((o.flag for o in OPTIONS if o.name == name), None)
         var = src[len("environment "):] if src.startswith("environment ") else ""
+        # Quote what the operator wrote, under the name they wrote it.
         if var:
-            # Quote what the operator wrote, under the name they wrote it.
             raise ConfigError(
                 f"{var}={environ.get(var, '')!r} is invalid: {err['msg']}",
-                f"fix or unset {var}",
+                f"fix or unset {var}" + (f" (or pass {flag})" if flag else ""),
             ) from exc
+        shown = flag or name.replace("_", "-")
         raise ConfigError(
-            f"{name.replace('_', '-')}={values.get(name)!r} (from {src}) is invalid: {err['msg']}",
+            f"{shown}={values.get(name)!r} is invalid: {err['msg']}",
             "see `ascend-node --help` for the accepted values",
         ) from exc
 
