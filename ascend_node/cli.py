@@ -67,7 +67,8 @@ AllowUneven = Annotated[bool, typer.Option(
     "--allow-uneven-devices", help="Allow different NPU counts per node (training) "
     "[env ASCEND_NODE_ALLOW_UNEVEN_DEVICES]")]
 MasterPort = Annotated[Optional[int], typer.Option(
-    "--master-port", help="Port for launchers [env ASCEND_NODE_MASTER_PORT, MASTER_PORT; 8118]",
+    "--master-port", help="Port for launchers [env ASCEND_NODE_MASTER_PORT, MASTER_PORT; "
+    "msrun 8118, torch 29500]",
     show_default=False)]
 Json = Annotated[bool, typer.Option("--json", help="Print a JSON document on stdout")]
 Verbose = Annotated[bool, typer.Option("--verbose", "-v",
@@ -287,6 +288,9 @@ def simulate(
     tool_delay: Annotated[float, typer.Option(
         "--tool-delay", help="Seconds each fake hccn_tool call takes")] = 0.0,
     run_id: Annotated[str, typer.Option("--run-id")] = "sim",
+    boot_chain: Annotated[bool, typer.Option(
+        "--boot", help="Run the whole boot chain (set_env, MindIE config, exec) into a fake "
+        "MindIE daemon")] = False,
     json_out: Json = False, debug: Debug = False,
 ) -> None:
     """Run the real agent as N local processes with fake NPUs and print the result."""
@@ -295,7 +299,8 @@ def simulate(
         from ascend_node.sim.cluster import SimSpec, format_report, run_cluster
 
         spec = SimSpec(nodes=nodes, devices=devices, masters=min(masters, nodes),
-                       run_id=run_id, timeout=timeout, tool_delay=tool_delay)
+                       run_id=run_id, timeout=timeout, tool_delay=tool_delay,
+                       boot=boot_chain)
         report = run_cluster(spec, shared_dir)
         if json_out:
             _emit(report.to_json())
@@ -303,6 +308,195 @@ def simulate(
             print(format_report(report))
         if not report.ok:
             raise typer.Exit(report.worst_exit)
+
+
+
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def boot(
+    ctx: typer.Context,
+    shared_dir: SharedDir = None, run_id: RunId = None, timeout: Timeout = None,
+    master_file: MasterFile = None, world_size_file: WorldSizeFile = None,
+    state_dir: StateDir = None, devices: Devices = None, hccn_tool: HccnTool = None,
+    file_owner: FileOwner = None, allow_uneven_devices: AllowUneven = False,
+    master_port: MasterPort = None,
+    launcher: Annotated[Optional[str], typer.Option(
+        "--launcher", help="mindie | msrun | ranktable-env | torch [env ASCEND_NODE_LAUNCHER; "
+        "mindie]", show_default=False)] = None,
+    https: Annotated[Optional[bool], typer.Option(
+        "--https/--no-https", help="MindIE httpsEnabled [env ASCEND_NODE_HTTPS; keep the file's]",
+        show_default=False)] = None,
+    model_name: Annotated[Optional[str], typer.Option(
+        "--model-name", help="MindIE modelName [env MODEL_NAME]", show_default=False)] = None,
+    model_weight_path: Annotated[Optional[str], typer.Option(
+        "--model-weight-path", help="MindIE modelWeightPath [env MODEL_PATH]",
+        show_default=False)] = None,
+    verbose: Verbose = False, debug: Debug = False,
+) -> None:
+    """Steps 1-8: rank table, atb_llm wheel, set_env, MindIE config, then exec the server.
+
+    Give the command after `--` (default: the MindIE daemon).
+    """
+    logs.setup(verbose, _debug(debug))
+    box: dict[str, Any] = {}
+    with _errors(_debug(debug), _status_writer(box, "boot")):
+        signal.signal(signal.SIGTERM, _on_sigterm)
+        from ascend_node.boot import boot as run_boot
+        from ascend_node.boot import boot_options_from_env
+        from ascend_node.bootstrap import ranktable as run_ranktable
+
+        settings = _settings(
+            verbose, shared_dir=shared_dir, run_id=run_id, timeout=timeout,
+            master_file=master_file, world_size_file=world_size_file, state_dir=state_dir,
+            devices=devices, hccn_tool=hccn_tool, file_owner=file_owner,
+            allow_uneven_devices=allow_uneven_devices, master_port=master_port,
+        )
+        box["settings"] = settings
+        opts = boot_options_from_env(os.environ, launcher, list(ctx.args), https,
+                                     model_name, model_weight_path)
+        result = run_ranktable(settings, os.environ, STARTED, command="boot")
+        run_boot(settings, os.environ, result, opts)
+
+
+@app.command("env")
+def env_cmd(
+    fmt: Annotated[str, typer.Option("--format", help="sh or json")] = "sh",
+    state_dir: StateDir = None, debug: Debug = False,
+) -> None:
+    """The environment of the last completed bootstrap in this container."""
+    with _errors(_debug(debug)):
+        from ascend_node.errors import ConfigError, UsageError
+        from ascend_node.outputs import read_env, render_env_script
+
+        if fmt not in ("sh", "json"):
+            raise UsageError(f"--format {fmt!r} is not one of sh, json", "use --format sh|json")
+        settings = _settings(False, state_dir=state_dir)
+        env = read_env(settings.state_dir)
+        if env is None:
+            raise ConfigError(
+                f"no completed bootstrap in {settings.state_dir} (no env.json)",
+                "run `ascend-node ranktable` or `ascend-node boot` first, or pass --state-dir")
+        if fmt == "json":
+            _emit({"env": env})
+        else:
+            sys.stdout.write(render_env_script(env))
+
+
+@app.command()
+def status(
+    wait: Annotated[bool, typer.Option("--wait", help="Block until done or failed")] = False,
+    wait_timeout: Annotated[float, typer.Option(
+        "--wait-timeout", help="Seconds --wait may block")] = 900.0,
+    state_dir: StateDir = None, json_out: Json = False, debug: Debug = False,
+) -> None:
+    """This container's bootstrap state: exit 0 done, 1 failed, 3 in progress (for probes)."""
+    with _errors(_debug(debug)):
+        from ascend_node.status import current_status, wait_for_status
+
+        settings = _settings(False, state_dir=state_dir)
+        if wait:
+            view = wait_for_status(settings.state_dir, wait_timeout)
+        else:
+            view = current_status(settings.state_dir)
+        if json_out:
+            _emit(view.to_json())
+        else:
+            print(view.line())
+        raise typer.Exit(view.exit_code)
+
+
+@app.command()
+def clean(
+    shared_dir: SharedDir = None, run_id: RunId = None,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask")] = False,
+    debug: Debug = False,
+) -> None:
+    """Remove this run's rendezvous state (and shared table) from the shared volume."""
+    with _errors(_debug(debug)):
+        from ascend_node.bootstrap import require_rendezvous_settings
+        from ascend_node.rendezvous.cleanup import clean_run
+
+        settings = _settings(False, shared_dir=shared_dir, run_id=run_id)
+        shared, rid = require_rendezvous_settings(settings)
+        if not yes and sys.stdin.isatty() and not typer.confirm(
+                f"remove run {rid!r} state from {shared}?"):
+            raise typer.Exit(1)
+        for line in clean_run(shared, rid):
+            print(line)
+
+
+@app.command()
+def doctor(
+    peers: Annotated[bool, typer.Option("--peers", help="Also compare with the run's peers "
+                                        "through the shared volume, and ping their devices")
+                     ] = False,
+    peer_wait: Annotated[float, typer.Option(
+        "--peer-wait", help="Seconds to wait for peers' facts")] = 10.0,
+    shared_dir: SharedDir = None, run_id: RunId = None, state_dir: StateDir = None,
+    devices: Devices = None, hccn_tool: HccnTool = None,
+    json_out: Json = False, verbose: Verbose = False, debug: Debug = False,
+) -> None:
+    """Read-only health checks of this node and, with --peers, of the cluster.
+
+    Exit 0 healthy, 3 degraded (warnings), 1 failed.
+    """
+    logs.setup(verbose, _debug(debug))
+    with _errors(_debug(debug)):
+        from ascend_node.doctor import run_doctor
+
+        settings = _settings(verbose, shared_dir=shared_dir, run_id=run_id,
+                             state_dir=state_dir, devices=devices, hccn_tool=hccn_tool)
+        report = run_doctor(settings, os.environ, peers=peers, peer_wait=peer_wait)
+        if json_out:
+            _emit(report.to_json())
+        else:
+            print(report.format_text())
+        raise typer.Exit(report.exit_code)
+
+
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def manifest(
+    ctx: typer.Context,
+    kind: Annotated[str, typer.Option("--kind", help="mindie or training")] = "mindie",
+    name: Annotated[str, typer.Option("--name", help="Volcano Job name")] = "mindie",
+    nodes: Annotated[int, typer.Option("--nodes", help="Pods (one per server)")] = 2,
+    image: Annotated[str, typer.Option("--image", help="Container image with ascend-node")
+                     ] = "mindie:latest",
+    pvc: Annotated[str, typer.Option("--pvc", help="Shared PVC (model directory)")] = "model",
+    run_id: Annotated[Optional[str], typer.Option(
+        "--run-id", help="Run id (default: the job name)", show_default=False)] = None,
+    npus_per_node: Annotated[int, typer.Option("--npus-per-node")] = 8,
+    model_path: Annotated[str, typer.Option("--model-path", help="Mount path of the PVC")
+                          ] = "/mnt/model",
+    namespace: Annotated[Optional[str], typer.Option("--namespace", show_default=False)
+                         ] = None,
+    rdma_resource: Annotated[Optional[str], typer.Option(
+        "--rdma-resource", help="e.g. rdma/hca (adds IPC_LOCK)", show_default=False)] = None,
+    queue: Annotated[str, typer.Option("--queue")] = "default",
+    timeout: Annotated[int, typer.Option("--timeout", help="Agent's peer timeout")] = 900,
+    npu_resource: Annotated[str, typer.Option("--npu-resource")] = "huawei.com/Ascend910",
+    no_driver_mounts: Annotated[bool, typer.Option("--no-driver-mounts")] = False,
+    json_out: Json = False, debug: Debug = False,
+) -> None:
+    """Render a Volcano Job for MindIE multi-node or training (command after `--`)."""
+    with _errors(_debug(debug)):
+        from ascend_node.errors import UsageError
+        from ascend_node.manifest import ManifestParams, render_job, render_yaml
+
+        if kind not in ("mindie", "training"):
+            raise UsageError(f"--kind {kind!r} is not one of mindie, training",
+                             "use --kind mindie or --kind training")
+        params = ManifestParams(
+            kind=kind,  # type: ignore[arg-type]
+            name=name, nodes=nodes, image=image, pvc=pvc, run_id=run_id or name,
+            npus_per_node=npus_per_node, model_path=model_path, namespace=namespace,
+            rdma_resource=rdma_resource, queue=queue, timeout=timeout,
+            command=list(ctx.args) or None, npu_resource=npu_resource,
+            mount_driver=not no_driver_mounts,
+        )
+        if json_out:
+            print(json.dumps(render_job(params), indent=2))
+        else:
+            sys.stdout.write(render_yaml(params))
 
 
 @app.command()

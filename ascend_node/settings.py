@@ -40,7 +40,7 @@ class Settings(BaseModel):
     allow_uneven_devices: bool = False
     poll_interval: float = Field(0.25, gt=0, le=30)
     progress_interval: float = Field(10.0, gt=0)
-    master_port: int = Field(8118, ge=1, le=65535)
+    master_port: Optional[int] = Field(None, ge=1, le=65535)
     sources: dict[str, str] = Field(default_factory=dict)
 
     @field_validator("file_owner", mode="before")

@@ -14,7 +14,7 @@ from typing import Optional
 
 from ascend_node.errors import ToolError
 
-DEFAULT_TOOL_TIMEOUT = 10.0
+DEFAULT_TOOL_TIMEOUT = 10.0  # ASCEND_NODE_TOOL_TIMEOUT is read by settings.py
 
 
 @dataclass(frozen=True)
@@ -27,25 +27,6 @@ class ToolResult:
     @property
     def command(self) -> str:
         return " ".join(self.argv)
-
-
-def tool_timeout_from_env(environ: Mapping[str, str]) -> float:
-    """`ASCEND_NODE_TOOL_TIMEOUT` (seconds, > 0), else 10 s."""
-    raw = environ.get("ASCEND_NODE_TOOL_TIMEOUT", "").strip()
-    if not raw:
-        return DEFAULT_TOOL_TIMEOUT
-    try:
-        value = float(raw)
-    except ValueError:
-        value = -1.0
-    if not value > 0 or value != value:  # rejects NaN and non-positive
-        from ascend_node.errors import ConfigError
-
-        raise ConfigError(
-            f"ASCEND_NODE_TOOL_TIMEOUT={raw!r} is not a positive number of seconds",
-            "set it to e.g. 10, or unset it for the default",
-        )
-    return value
 
 
 def run_tool(

@@ -23,7 +23,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from ascend_node.sim.fake_tools import FakeDevice, install_tools, tool_env, write_node_data
+from ascend_node.sim.fake_tools import (
+    FakeDevice,
+    install_boot_fakes,
+    install_tools,
+    tool_env,
+    write_node_data,
+)
 
 _POD_BASE = ipaddress.IPv4Address("10.200.0.10")
 _HOST_BASE = ipaddress.IPv4Address("10.100.0.10")
@@ -52,6 +58,7 @@ class SimSpec:
     tool_delay: float = 0.0
     start_delays: Optional[Sequence[float]] = None
     command: Sequence[str] = ("ranktable", "--json")
+    boot: bool = False  # run the whole boot chain into a fake MindIE daemon
     extra_env: Mapping[str, str] = field(default_factory=dict)
 
 
@@ -123,6 +130,15 @@ class SimReport:
 def prepare(spec: SimSpec, work: Path, shared_dir: Path) -> list[SimNode]:
     """Environment and fake devices for every node; nothing is started."""
     hccn_tool, npu_smi = install_tools(work / "bin")
+    command = list(spec.command)
+    boot_env: dict[str, str] = {}
+    config_text = ""
+    if spec.boot:
+        daemon, set_env, config = install_boot_fakes(work)
+        command = ["boot", "--", str(daemon)]
+        boot_env = {"ASCEND_NODE_SET_ENV": str(set_env),
+                    "ASCEND_NODE_SIM_PYTHON": sys.executable}
+        config_text = config.read_text()
     workers = spec.nodes - spec.masters
     nodes = []
     for index in range(spec.nodes):
@@ -152,11 +168,17 @@ def prepare(spec: SimSpec, work: Path, shared_dir: Path) -> list[SimNode]:
             "PYTHONUNBUFFERED": "1",
         })
         env.update(tool_env(hccn_tool, npu_smi, data, spec.tool_delay))
+        if spec.boot:
+            node_dir.mkdir(parents=True, exist_ok=True)
+            (node_dir / "config.json").write_text(config_text)
+            env.update(boot_env)
+            env["MIES_CONFIG_JSON_PATH"] = str(node_dir / "config.json")
+            env["ASCEND_NODE_SIM_REPORT"] = str(node_dir / "daemon-report.txt")
         env.update(spec.extra_env)
         devices = [FakeDevice(d, device_ip(index, d)) for d in range(spec.devices)]
         delay = spec.start_delays[index] if spec.start_delays else 0.0
         nodes.append(SimNode(index, env, devices, state, data, delay,
-                             [sys.executable, "-m", "ascend_node", *spec.command]))
+                             [sys.executable, "-m", "ascend_node", *command]))
     return nodes
 
 

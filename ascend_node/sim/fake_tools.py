@@ -46,6 +46,31 @@ echo "npu-smi: unsupported in simulation: $*" >&2
 exit 1
 """
 
+FAKE_DAEMON_SCRIPT = r"""#!/bin/sh
+# Fake mindieservice_daemon (ascend-node simulation): checks what MindIE checks at
+# start (mindie-checks.md), records its PID and environment, prints MindIE's success
+# line and exits (a real daemon would serve).
+fail() { echo "fake daemon: $*" >&2; exit 1; }
+[ -n "$MIES_CONTAINER_IP" ] || fail "MIES_CONTAINER_IP is not set"
+[ -n "$MASTER_IP" ] || fail "MASTER_IP is not set"
+[ -n "$WORLD_SIZE" ] || fail "WORLD_SIZE is not set"
+if [ -n "${RANK_TABLE_FILE:-}" ]; then
+  [ -L "$RANK_TABLE_FILE" ] && fail "The file: $RANK_TABLE_FILE is a link."
+  "$ASCEND_NODE_SIM_PYTHON" -m ascend_node validate "$RANK_TABLE_FILE" --owner-uid "$(id -u)"     >&2 || fail "rank table $RANK_TABLE_FILE is invalid"
+  grep -q "\"container_ip\": \"$MIES_CONTAINER_IP\"" "$RANK_TABLE_FILE"     || fail "no server with container_ip $MIES_CONTAINER_IP in $RANK_TABLE_FILE"
+fi
+if [ -n "${ASCEND_NODE_SIM_REPORT:-}" ]; then
+  { echo "pid=$$"; env; } > "$ASCEND_NODE_SIM_REPORT.tmp" && mv "$ASCEND_NODE_SIM_REPORT.tmp" "$ASCEND_NODE_SIM_REPORT"
+fi
+echo "Daemon start success!"
+"""
+
+FAKE_SET_ENV_SCRIPT = r"""# Fake CANN set_env.sh (ascend-node simulation): exports like the real one.
+export ASCEND_TOOLKIT_HOME="$(dirname "${BASH_SOURCE[0]}")/latest"
+export LD_LIBRARY_PATH="${ASCEND_TOOLKIT_HOME}/lib64:${LD_LIBRARY_PATH:-}"
+export ASCEND_OPP_PATH="${ASCEND_TOOLKIT_HOME}/opp"
+"""
+
 PING_OK = (
     "device {dev} PING @ADDR@\n"
     "recv seq=0,time=1.418000ms\nrecv seq=1,time=0.105000ms\nrecv seq=2,time=0.093000ms\n"
@@ -83,6 +108,19 @@ def install_tools(bin_dir: Path) -> tuple[Path, Path]:
         path.chmod(0o755)
         out.append(path)
     return out[0], out[1]
+
+
+def install_boot_fakes(work: Path) -> tuple[Path, Path, Path]:
+    """Fake MindIE daemon, a fake CANN set_env.sh and MindIE's default config.json."""
+    daemon = work / "bin" / "mindieservice_daemon"
+    daemon.parent.mkdir(parents=True, exist_ok=True)
+    daemon.write_text(FAKE_DAEMON_SCRIPT)
+    daemon.chmod(0o755)
+    set_env = work / "Ascend" / "cann" / "set_env.sh"
+    set_env.parent.mkdir(parents=True, exist_ok=True)
+    set_env.write_text(FAKE_SET_ENV_SCRIPT)
+    config = Path(__file__).with_name("data") / "mindie-config.json"
+    return daemon, set_env, config
 
 
 def write_node_data(data_dir: Path, devices: list[FakeDevice]) -> None:

@@ -1,0 +1,158 @@
+"""Steps 6-8: install, configure, exec — the ENTRYPOINT use of the agent.
+
+After the rank table (steps 1-5, `bootstrap.ranktable`), `boot` installs the atb_llm
+wheel, sources the vendor `set_env.sh` scripts, patches MindIE's `config.json`, and
+replaces itself with the server. Every step is idempotent, so a container restart
+repeats nothing that is done and reaches the same result.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, NoReturn, Optional
+
+from ascend_node.bootstrap import TableResult
+from ascend_node.errors import ConfigError
+from ascend_node.install import WHEEL_DIR_ENV, install_atb_wheel, wheel_dirs_from_env
+from ascend_node.launch import exec_command
+from ascend_node.launchers import LAUNCHERS, plan_launch
+from ascend_node.mindie import (
+    config_path_from_env,
+    load_config,
+    patch_config,
+    render_config,
+    write_config,
+)
+from ascend_node.outputs import StatusDoc, write_env, write_status
+from ascend_node.setenv import capture_set_env, set_env_scripts_from_env
+from ascend_node.settings import Settings
+
+log = logging.getLogger("ascend_node.boot")
+
+RANK_TABLE_VARS = ("RANK_TABLE_FILE", "RANKTABLEFILE")
+
+
+@dataclass(frozen=True)
+class BootOptions:
+    launcher: str = "mindie"
+    command: tuple[str, ...] = ()
+    https: Optional[bool] = None
+    tls_certs: bool = False
+    model_name: Optional[str] = None
+    model_weight_path: Optional[str] = None
+
+
+def boot_options_from_env(
+    environ: Mapping[str, str], launcher: Optional[str], command: Sequence[str],
+    https: Optional[bool], model_name: Optional[str], model_weight_path: Optional[str],
+) -> BootOptions:
+    chosen = launcher or environ.get("ASCEND_NODE_LAUNCHER", "").strip() or "mindie"
+    if chosen not in LAUNCHERS:
+        raise ConfigError(f"launcher {chosen!r} is not one of {', '.join(LAUNCHERS)}",
+                          "use --launcher mindie|msrun|ranktable-env|torch")
+    if https is None and environ.get("ASCEND_NODE_HTTPS", "").strip():
+        https = environ["ASCEND_NODE_HTTPS"].strip().lower() in ("1", "true", "yes", "on")
+    certs = environ.get("ASCEND_NODE_TLS_CERTS", "").strip().lower() in ("1", "true", "yes")
+    return BootOptions(
+        launcher=chosen, command=tuple(command), https=https, tls_certs=certs,
+        model_name=model_name or environ.get("MODEL_NAME") or None,
+        model_weight_path=model_weight_path or environ.get("MODEL_PATH") or None,
+    )
+
+
+def prepare_exec(
+    settings: Settings, environ: Mapping[str, str], result: TableResult, opts: BootOptions,
+) -> tuple[list[str], dict[str, str], dict[str, str]]:
+    """Everything before exec: returns (argv, full env, the variables the agent set)."""
+    identity = result.discovery.identity
+    state_dir = str(settings.state_dir)
+
+    dirs = wheel_dirs_from_env(environ)
+    installed = install_atb_wheel(dirs, state_dir, required=WHEEL_DIR_ENV in environ)
+    if installed is None:
+        log.info("no atb_llm wheel in %s; assuming the image ships it", ", ".join(dirs))
+    else:
+        log.info("atb_llm %s: %s", installed.wheel.version, installed.reason)
+
+    scripts = set_env_scripts_from_env(environ)
+    delta = capture_set_env(scripts, dict(environ)) if scripts else None
+    env = delta.apply(environ) if delta else dict(environ)
+    if delta:
+        log.info("sourced %s (%d variables set)", ", ".join(delta.scripts), len(delta.changed))
+        for line in delta.output:
+            log.debug("set_env: %s", line)
+
+    table_env = dict(result.env)
+    one_node = identity.node_count == 1
+    if opts.launcher == "mindie":
+        _configure_mindie(settings, env, result, opts)
+        if one_node:
+            # MindIE's docs: unset the rank table for single-node inference.
+            for name in RANK_TABLE_VARS:
+                table_env.pop(name, None)
+                env.pop(name, None)
+    launch = plan_launch(
+        opts.launcher, table=result.table, container_ip=identity.pod_ip,
+        command=list(opts.command) or None, rank_table_file=result.env["RANK_TABLE_FILE"],
+        mindie_env=table_env, master_port=settings.master_port,
+    )
+    added = {**(delta.changed if delta else {}), **table_env, **launch.env}
+    env.update(table_env)
+    env.update(launch.env)
+    return list(launch.argv), env, added
+
+
+def _configure_mindie(
+    settings: Settings, env: Mapping[str, str], result: TableResult, opts: BootOptions
+) -> None:
+    path = config_path_from_env(env)
+    explicit = bool(env.get("MIES_CONFIG_JSON_PATH"))
+    if not path.exists() and not explicit:
+        log.info("no MindIE config at %s; skipping config.json (set MIES_CONFIG_JSON_PATH)",
+                 path)
+        return
+    config = load_config(path)
+    identity = result.discovery.identity
+    patched, changes = patch_config(
+        config, nodes=identity.node_count,
+        local_device_ids=list(range(len(result.discovery.devices))),
+        container_ip=identity.pod_ip, https_enabled=opts.https,
+        tls_certs_configured=opts.tls_certs, model_name=opts.model_name,
+        model_weight_path=opts.model_weight_path,
+    )
+    owner = settings.file_owner
+    uid, gid = owner if owner else (None, None)
+    try:
+        current = path.read_bytes()
+    except OSError:
+        current = b""
+    st = path.lstat() if path.exists() else None
+    same_owner = st is not None and (uid is None or st.st_uid == uid)
+    if (current == render_config(patched).encode() and st is not None
+            and not path.is_symlink() and (st.st_mode & 0o777) == 0o640 and same_owner):
+        log.info("MindIE config %s already patched", path)
+        return
+    write_config(path, patched, uid, gid)
+    log.info("patched MindIE config %s: %s", path, "; ".join(changes) or "no changes")
+
+
+def boot(
+    settings: Settings, environ: Mapping[str, str], result: TableResult, opts: BootOptions,
+) -> NoReturn:
+    argv, env, added = prepare_exec(settings, environ, result, opts)
+    write_env(settings.state_dir, added, settings.file_owner)
+    write_status(settings.state_dir, StatusDoc(
+        state="done", phase="exec", command="boot", exit_code=0, run_id=result.run_id,
+        attempt_id=result.attempt_id, node=result.discovery.identity.name,
+        message=f"exec {argv[0]}"))
+    log.info("exec %s", " ".join(argv))
+    exec_command(argv, env)
+
+
+def describe(argv: Sequence[str], added: Mapping[str, Any]) -> str:
+    return f"{' '.join(argv)} with {', '.join(sorted(added))}"
+
+
+__all__ = ["BootOptions", "boot", "boot_options_from_env", "prepare_exec"]
