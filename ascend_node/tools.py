@@ -15,6 +15,7 @@ from typing import Optional
 from ascend_node.errors import ToolError
 
 DEFAULT_TOOL_TIMEOUT = 10.0  # ASCEND_NODE_TOOL_TIMEOUT is read by settings.py
+_REAP_GRACE = 1.0  # seconds to reap a killed tool before leaving it behind
 
 
 @dataclass(frozen=True)
@@ -42,23 +43,15 @@ def run_tool(
     """
     args = [str(a) for a in argv]
     try:
-        proc = subprocess.run(
+        proc = subprocess.Popen(
             args,
-            capture_output=True,
+            stdin=subprocess.PIPE if input_text is not None else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             text=True,
             errors="replace",
-            timeout=timeout,
             env=dict(env) if env is not None else None,
-            input=input_text,
-            stdin=None if input_text is not None else subprocess.DEVNULL,
-            check=False,
         )
-    except subprocess.TimeoutExpired as exc:
-        raise ToolError(
-            f"`{' '.join(args)}` did not finish within {timeout:g} s",
-            "the driver may be busy or wedged; check `npu-smi info`, or raise "
-            "ASCEND_NODE_TOOL_TIMEOUT",
-        ) from exc
     except FileNotFoundError as exc:
         raise ToolError(
             f"`{args[0]}` not found",
@@ -71,7 +64,33 @@ def run_tool(
         ) from exc
     except OSError as exc:
         raise ToolError(f"`{args[0]}` could not be started: {exc.strerror or exc}") from exc
-    return ToolResult(tuple(args), proc.returncode, proc.stdout, proc.stderr)
+    try:
+        stdout, stderr = proc.communicate(input_text, timeout=timeout)
+    except subprocess.TimeoutExpired as exc:
+        _abandon(proc)
+        raise ToolError(
+            f"`{' '.join(args)}` did not finish within {timeout:g} s",
+            "the driver may be busy or wedged; check `npu-smi info`, or raise "
+            "ASCEND_NODE_TOOL_TIMEOUT",
+        ) from exc
+    return ToolResult(tuple(args), proc.returncode, stdout, stderr)
+
+
+def _abandon(proc: subprocess.Popen[str]) -> None:
+    """Kill a timed-out tool and reap it, but never wait on it unbounded.
+
+    `subprocess.run` waits without limit after its kill. A tool stuck inside the
+    driver (uninterruptible sleep) does not die from SIGKILL until the driver lets
+    go, and a grandchild can hold the pipes open: either would turn our timeout
+    into a hang. After a short grace the process is left to the kernel (or tini).
+    """
+    proc.kill()
+    try:
+        proc.communicate(timeout=_REAP_GRACE)
+    except subprocess.TimeoutExpired:
+        for stream in (proc.stdout, proc.stderr):
+            if stream is not None:
+                stream.close()
 
 
 def which(name: str, path: Optional[str] = None) -> Optional[str]:

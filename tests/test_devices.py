@@ -421,6 +421,14 @@ def test_run_tool_real_process_output_and_exit_code(tmp_path: Path) -> None:
     assert (res.returncode, res.stdout, res.stderr) == (3, "ipaddr:10.0.0.7\n", "oops\n")
 
 
+def test_run_tool_stdin_is_the_given_text_or_empty() -> None:
+    # A tool that reads stdin must not wait on the agent's terminal.
+    assert run_tool(["/bin/sh", "-c", "cat"], timeout=5, input_text="hi\n").stdout == "hi\n"
+    assert run_tool(["/bin/sh", "-c", "cat"], timeout=5).stdout == ""
+    res = run_tool(["/bin/sh", "-c", 'echo "$X"'], timeout=5, env={"X": "from-env"})
+    assert res.stdout == "from-env\n"
+
+
 @pytest.mark.parametrize("mode", [None, 0o644])
 def test_run_tool_missing_or_not_executable(tmp_path: Path, mode: Any) -> None:
     tool = tmp_path / "hccn_tool"
