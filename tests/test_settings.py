@@ -24,7 +24,7 @@ def test_defaults_follow_the_contract() -> None:
             s.devices, s.hccn_tool, s.hccn_conf, s.file_owner, s.tool_timeout,
             s.allow_uneven_devices, s.master_port) == (
         None, None, 900.0, Path("/master"), Path("/world_size"), Path("/run/ascend-node"),
-        None, None, Path("/etc/hccn.conf"), None, 10.0, False, 8118)
+        None, None, Path("/etc/hccn.conf"), None, 10.0, False, None)  # port: per launcher
     assert set(s.sources.values()) == {"default"}
     assert set(s.sources) == {o.name for o in OPTIONS}
 
@@ -150,7 +150,7 @@ def test_describe_sources_lists_every_option_with_its_origin() -> None:
     assert len(lines) == len(OPTIONS)
     assert "timeout = 30.0  [flag --timeout]" in lines
     assert "run_id = 'r1'  [environment ASCEND_NODE_RUN_ID]" in lines
-    assert "master_port = 8118  [default]" in lines
+    assert "master_port = None  [default]" in lines
 
 
 def test_settings_are_frozen() -> None:
@@ -171,5 +171,6 @@ def test_any_environment_resolves_or_raises_config_error(environ: dict[str, str]
     except ConfigError as exc:
         assert exc.cause and exc.hint
         return
-    assert s.timeout > 0 and s.tool_timeout > 0 and 1 <= s.master_port <= 65535
+    assert s.timeout > 0 and s.tool_timeout > 0
+    assert s.master_port is None or 1 <= s.master_port <= 65535
     assert set(s.sources) == {o.name for o in OPTIONS}
