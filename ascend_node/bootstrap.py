@@ -62,7 +62,10 @@ def discover(
     """Steps 1-2: identity, then devices and their RoCE IPs. Writes nothing."""
     identity = identity or identify(environ)
     npu_smi = dev.resolve_tool(settings.npu_smi, "npu-smi", dev.DEFAULT_NPU_SMI)
-    ids = dev.enumerate_devices(settings.devices, environ, npu_smi, settings.tool_timeout)
+    ids = dev.enumerate_devices(
+        settings.devices, environ, npu_smi, settings.tool_timeout,
+        explicit_source="--devices" if settings.sources.get("devices") == "flag --devices"
+        else "ASCEND_NODE_DEVICES")
     hccn_tool = dev.resolve_tool(settings.hccn_tool, "hccn_tool", dev.DEFAULT_HCCN_TOOL)
     started = time.monotonic()
     found, raw = dev.query_ips(ids.ids, hccn_tool, settings.tool_timeout,

@@ -119,15 +119,6 @@ def _on_sigterm(signum: int, frame: Any) -> None:
 def _settings(verbose: bool, **flags: Any) -> Any:
     from ascend_node.settings import describe_sources, resolve_settings
 
-    if flags.get("file_owner") is not None:
-        from ascend_node.settings import parse_owner
-
-        try:
-            flags["file_owner"] = parse_owner(flags["file_owner"])
-        except ValueError as exc:
-            from ascend_node.errors import UsageError
-
-            raise UsageError(f"--file-owner: {exc}", "use UID or UID:GID") from exc
     settings = resolve_settings(flags, os.environ)
     if verbose:
         for line in describe_sources(settings):

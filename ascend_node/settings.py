@@ -38,7 +38,7 @@ class Settings(BaseModel):
     file_owner: Optional[tuple[int, int]] = None
     tool_timeout: float = Field(10.0, gt=0)
     allow_uneven_devices: bool = False
-    poll_interval: float = Field(0.25, gt=0, le=30)
+    poll_interval: float = Field(0.2, gt=0, le=30)
     progress_interval: float = Field(10.0, gt=0)
     master_port: Optional[int] = Field(None, ge=1, le=65535)
     sources: dict[str, str] = Field(default_factory=dict)

@@ -61,7 +61,7 @@ class Rendezvous:
     data: MemberData
     deadline: float
     timeout: float
-    poll_interval: float = 0.25
+    poll_interval: float = 0.2
     progress_interval: float = 10.0
     allow_uneven_devices: bool = False
     clock: Callable[[], float] = time.monotonic

@@ -1,0 +1,180 @@
+"""CLI contract of validate, status, env, clean and manifest: exit codes and messages."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from ascend_node.cli import app
+from ascend_node.outputs import StatusDoc, write_env, write_status
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+runner = CliRunner()
+
+
+def invoke(*args: str, env: dict[str, str] | None = None):
+    return runner.invoke(app, list(args), env=env or {}, catch_exceptions=False)
+
+
+# ------------------------------------------------------------------ validate
+
+
+def test_validate_accepts_mindies_own_table(tmp_path):
+    table = tmp_path / "rt.json"
+    shutil.copy(FIXTURES / "ranktables" / "ranktable-2x8.json", table)
+    table.chmod(0o640)
+    result = invoke("validate", str(table))
+    assert result.exit_code == 0, result.stdout + result.stderr
+    assert "valid for mindie" in result.stdout
+
+
+def test_validate_lists_every_problem_with_its_json_path(tmp_path):
+    doc = json.loads((FIXTURES / "ranktables" / "ranktable-2x8.json").read_text())
+    doc["server_list"][1]["device"][3]["device_ip"] = "-1"
+    doc["server_count"] = "3"
+    table = tmp_path / "rt.json"
+    table.write_text(json.dumps(doc))
+    table.chmod(0o644)
+    result = invoke("validate", str(table), "--json")
+    assert result.exit_code == 1
+    out = json.loads(result.stdout)
+    assert out["schema_version"] == 1 and out["valid"] is False
+    paths = {p["path"] for p in out["problems"]}
+    assert "$.server_list[1].device[3].device_ip" in paths
+    assert "$.server_count" in paths
+    assert "file" in paths  # mode 0644 is above MindIE's 0640
+
+
+def test_validate_unknown_target_is_a_usage_error(tmp_path):
+    result = invoke("validate", str(tmp_path / "x.json"), "--for", "nccl")
+    assert result.exit_code == 2
+    assert "--for 'nccl' is not one of mindie, hccl" in result.stderr
+
+
+def test_validate_hccl_allows_one_server(tmp_path):
+    table = tmp_path / "one.json"
+    shutil.copy(FIXTURES / "ranktables" / "one-node.json", table)
+    table.chmod(0o600)
+    assert invoke("validate", str(table), "--for", "hccl").exit_code == 0
+    mindie = invoke("validate", str(table))
+    assert mindie.exit_code == 1 and "server_count" in mindie.stdout
+
+
+# ------------------------------------------------------------------ status
+
+
+@pytest.mark.parametrize(("state", "pid", "code", "words"), [
+    ("done", os.getpid(), 0, "done"),
+    ("failed", os.getpid(), 1, "exited 4: timed out"),
+    ("in_progress", os.getpid(), 3, "in_progress"),
+    ("in_progress", 2**22 + 12345, 1, "gone without a verdict"),
+])
+def test_status_exit_codes_for_probes(tmp_path, state, pid, code, words):
+    write_status(tmp_path, StatusDoc(state=state, phase="rendezvous", command="boot",
+                                     exit_code=4 if state == "failed" else None,
+                                     message="timed out" if state == "failed" else "",
+                                     pid=pid))
+    result = invoke("status", "--state-dir", str(tmp_path))
+    assert result.exit_code == code, result.stdout
+    assert words in result.stdout
+
+
+def test_status_before_any_bootstrap_is_in_progress(tmp_path):
+    result = invoke("status", "--state-dir", str(tmp_path / "none"), "--json")
+    assert result.exit_code == 3
+    doc = json.loads(result.stdout)
+    assert doc["schema_version"] == 1 and doc["state"] == "not_started"
+
+
+def test_status_wait_returns_in_progress_after_its_timeout(tmp_path):
+    write_status(tmp_path, StatusDoc(state="in_progress", phase="rendezvous", command="boot"))
+    result = invoke("status", "--state-dir", str(tmp_path), "--wait", "--wait-timeout", "0.3")
+    assert result.exit_code == 3
+
+
+# ------------------------------------------------------------------ env
+
+
+def test_env_prints_the_last_bootstrap_for_sh_and_json(tmp_path):
+    write_env(tmp_path, {"MASTER_IP": "10.0.0.1", "WEIRD": "it's $(rm -rf /)"}, None)
+    sh = invoke("env", "--state-dir", str(tmp_path))
+    assert sh.exit_code == 0
+    assert "export MASTER_IP=10.0.0.1" in sh.stdout
+    assert "export WEIRD='it'\"'\"'s $(rm -rf /)'" in sh.stdout
+    js = invoke("env", "--state-dir", str(tmp_path), "--format", "json")
+    assert json.loads(js.stdout)["env"]["WEIRD"] == "it's $(rm -rf /)"
+
+
+def test_env_before_any_bootstrap_says_what_to_do(tmp_path):
+    result = invoke("env", "--state-dir", str(tmp_path))
+    assert result.exit_code == 1
+    assert "no completed bootstrap" in result.stderr
+    assert "hint: run `ascend-node ranktable`" in result.stderr
+
+
+def test_env_script_is_sourced_identically_by_sh_and_bash(tmp_path):
+    import subprocess
+
+    value = "a b\"c'd$e`f\\g\nh"
+    write_env(tmp_path, {"X": value}, None)
+    for shell in ("sh", "bash"):
+        out = subprocess.run([shell, "-c", f'. "{tmp_path}/source_mul_env.sh"; printf %s "$X"'],
+                             capture_output=True, text=True, check=True).stdout
+        assert out == value, shell
+
+
+# ------------------------------------------------------------------ clean
+
+
+def test_clean_removes_only_this_runs_state(tmp_path):
+    (tmp_path / ".ascend-node" / "r1" / "attempts").mkdir(parents=True)
+    (tmp_path / ".ascend-node" / "r2").mkdir(parents=True)
+    (tmp_path / "ranktable-r1.json").write_text("{}")
+    (tmp_path / "ranktable-r2.json").write_text("{}")
+    result = invoke("clean", "--shared-dir", str(tmp_path), "--run-id", "r1", "--yes")
+    assert result.exit_code == 0, result.stderr
+    assert not (tmp_path / ".ascend-node" / "r1").exists()
+    assert not (tmp_path / "ranktable-r1.json").exists()
+    assert (tmp_path / ".ascend-node" / "r2").exists() and (tmp_path / "ranktable-r2.json").exists()
+
+
+def test_clean_does_not_follow_a_planted_symlink(tmp_path):
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "keep").write_text("x")
+    shared = tmp_path / "shared"
+    (shared / ".ascend-node").mkdir(parents=True)
+    (shared / ".ascend-node" / "r1").symlink_to(victim)
+    assert invoke("clean", "--shared-dir", str(shared), "--run-id", "r1", "-y").exit_code == 0
+    assert (victim / "keep").exists()
+
+
+def test_clean_refuses_an_unsafe_run_id(tmp_path):
+    result = invoke("clean", "--shared-dir", str(tmp_path), "--run-id", "../etc", "-y")
+    assert result.exit_code == 1
+    assert "run id '../etc' (from flag --run-id) is not a safe file-name part" in result.stderr
+
+
+# ------------------------------------------------------------------ manifest
+
+
+def test_manifest_renders_a_volcano_job_with_the_exit_code_policies():
+    result = invoke("manifest", "--kind", "mindie", "--name", "llm", "--nodes", "2",
+                    "--image", "img:1", "--pvc", "models", "--json")
+    assert result.exit_code == 0, result.stderr
+    job = json.loads(result.stdout)
+    assert job["apiVersion"] == "batch.volcano.sh/v1alpha1"
+    assert job["spec"]["minAvailable"] == 2
+    policies = {p.get("exitCode"): p["action"] for p in job["spec"]["policies"]}
+    assert policies[4] == "RestartJob" and policies[5] == "AbortJob"
+
+
+def test_manifest_bad_kind_is_a_usage_error():
+    result = invoke("manifest", "--kind", "batch")
+    assert result.exit_code == 2
+    assert "--kind 'batch'" in result.stderr
