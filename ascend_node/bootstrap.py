@@ -6,10 +6,11 @@ line, and so commands stay thin.
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
@@ -45,7 +46,6 @@ class TableResult:
     env: dict[str, str]
     shared_table: Path
     seconds: float
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def identify(environ: Mapping[str, str]) -> NodeIdentity:
@@ -140,8 +140,6 @@ def ranktable(
         allow_uneven_devices=settings.allow_uneven_devices,
     )
     outcome = rdzv.run()
-    import json
-
     table = json.loads(outcome.ranktable_text)
     env = write_table_outputs(
         settings.state_dir, outcome.ranktable_text, table, identity.pod_ip,

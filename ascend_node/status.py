@@ -40,7 +40,7 @@ class StatusView:
 def _alive(pid: int) -> bool:
     try:
         proc = psutil.Process(pid)
-        return proc.status() != psutil.STATUS_ZOMBIE
+        return bool(proc.status() != psutil.STATUS_ZOMBIE)
     except (psutil.NoSuchProcess, psutil.AccessDenied, ValueError):
         return False
 

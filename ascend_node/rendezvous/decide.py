@@ -15,6 +15,7 @@ that start late — and a container restart that changes nothing finds its table
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Optional, Union
@@ -337,8 +338,6 @@ def verify_table_holds(outcome: OutcomeDoc, data: MemberData, master_count: int)
     The digest says the assembler used my document; this says the table it wrote
     really holds it (a defence against a buggy or foreign assembler).
     """
-    import json
-
     try:
         table = json.loads(outcome.ranktable_text)
         servers = table["server_list"]

@@ -7,7 +7,9 @@ mtime are unchanged. Nobody lists a directory.
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import os
 import random
 import secrets
 import time
@@ -16,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 from ascend_node import __version__
+from ascend_node.atomic import atomic_write_bytes
 from ascend_node.errors import ClusterInconsistent, PeerTimeout, SharedVolumeError
 from ascend_node.identity import NodeIdentity, node_name
 from ascend_node.ranktable import DeviceEntry, ServerEntry, build_rank_table, render_rank_table
@@ -38,6 +41,7 @@ from ascend_node.rendezvous.store import (
     read_bytes_nofollow,
     read_doc,
     read_slot,
+    volume_error,
     write_doc,
 )
 
@@ -382,8 +386,6 @@ class Rendezvous:
         self, attempt_id: str, index: int,
         cache: dict[int, tuple[tuple[int, int, int], decide.SlotState]],
     ) -> decide.SlotState:
-        import os
-
         path = self.paths.slot(attempt_id, index)
         try:
             st = os.stat(path, follow_symlinks=False)
@@ -430,8 +432,6 @@ class Rendezvous:
     def _complete(self, attempt_id: str, members: Sequence[MemberDoc]) -> OutcomeDoc:
         table = build_rank_table([to_server(m.data) for m in members])
         text = render_rank_table(table)
-        import hashlib
-
         outcome = OutcomeDoc(
             run_id=self.paths.run_id, attempt_id=attempt_id, result="table",
             members=tuple(TableRecord(global_index=m.data.global_index,
@@ -447,9 +447,6 @@ class Rendezvous:
         return self._accept(outcome)
 
     def _publish_shared_table(self, outcome: OutcomeDoc) -> None:
-        from ascend_node.atomic import atomic_write_bytes
-        from ascend_node.rendezvous.store import volume_error
-
         path = self.paths.shared_table
         data = outcome.ranktable_text.encode()
         current = read_bytes_nofollow(path)
