@@ -234,3 +234,54 @@ def test_sigterm_while_waiting_exits_143_and_leaves_no_partial_file(tmp_path):
     leftovers = [p for p in (tmp_path / "shared").rglob("*") if ".tmp" in p.name]
     assert leftovers == []
     assert not (node.state_dir / "ranktable.json").exists()
+
+
+def test_output_files_of_the_contract(tmp_path):
+    import os
+    import stat
+    import subprocess
+
+    nodes = make_nodes(tmp_path, 2, devices=4)
+    if os.geteuid() == 0:
+        nodes[1].env["ASCEND_NODE_FILE_OWNER"] = "4321:4322"
+    results = run(nodes)
+    assert codes(results) == [0, 0], explain(results)
+    node = nodes[1]
+    local = node.state_dir / "ranktable.json"
+    st = os.lstat(local)
+    assert stat.S_ISREG(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o640
+    if os.geteuid() == 0:
+        assert (st.st_uid, st.st_gid) == (4321, 4322)
+    else:
+        assert st.st_uid == os.geteuid()
+    shared = tmp_path / "shared" / "ranktable-t.json"
+    assert stat.S_IMODE(os.lstat(shared).st_mode) == 0o640
+    assert local.read_bytes() == shared.read_bytes()
+    assert stat.S_IMODE(os.stat(node.state_dir).st_mode) == 0o750
+    master = node.state_dir.parent / "master"
+    assert master.read_text() == nodes[0].env["K8S_POD_IP"] + "\n"
+    assert (node.state_dir.parent / "world_size").read_text() == "8\n"
+    env = json.loads((node.state_dir / "env.json").read_text())
+    assert env == {"schema_version": 1, "env": {
+        "RANK_TABLE_FILE": str(local), "RANKTABLEFILE": str(local),
+        "MIES_CONTAINER_IP": node.env["K8S_POD_IP"],
+        "MASTER_IP": nodes[0].env["K8S_POD_IP"], "WORLD_SIZE": "8"}}
+    for shell in ("sh", "bash"):
+        out = subprocess.run(
+            [shell, "-c", f'. "{node.state_dir}/source_mul_env.sh"; '
+             'echo "$RANK_TABLE_FILE $MIES_CONTAINER_IP $MASTER_IP $WORLD_SIZE"'],
+            capture_output=True, text=True, check=True).stdout.split()
+        assert out == [str(local), node.env["K8S_POD_IP"], nodes[0].env["K8S_POD_IP"], "8"]
+    status = json.loads((node.state_dir / "status.json").read_text())
+    assert status["schema_version"] == 1 and status["state"] == "done"
+    printed = json.loads(results[1].stdout)
+    assert printed["schema_version"] == 1 and printed["rank_table_file"] == str(local)
+
+
+def test_one_node_job_still_gets_a_table(tmp_path):
+    nodes = make_nodes(tmp_path, 1, devices=8)
+    results = run(nodes)
+    assert codes(results) == [0], explain(results)
+    table = json.loads(table_of(results[0]))
+    assert table["server_count"] == "1" and len(table["server_list"][0]["device"]) == 8
+    assert validate_rank_table(table, "hccl") == []
