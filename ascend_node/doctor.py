@@ -1012,16 +1012,16 @@ def check_peer_family(facts: Sequence[DoctorFacts]) -> CheckResult:
 def check_peer_netmask(facts: Sequence[DoctorFacts]) -> CheckResult:
     """`peers.netmask`: the same netmask for the same device slot on every node."""
     findings = []
-    slots: dict[int, dict[str, list[str]]] = {}
+    slots: dict[tuple[int, int], dict[str, list[str]]] = {}
     for f in facts:
         for pos, d in enumerate(sorted(f.devices, key=lambda x: x.device_id)):
-            if _usable(d) and d.netmask:
-                slots.setdefault(pos, {}).setdefault(d.netmask, []).append(
+            if _usable(d) and d.netmask:  # mixed families are peers.ip_family's concern
+                slots.setdefault((pos, family(d.ip)), {}).setdefault(d.netmask, []).append(
                     f"node {f.global_index}")
-    bad = {pos: masks for pos, masks in slots.items() if len(masks) > 1}
+    bad = {key: masks for key, masks in slots.items() if len(masks) > 1}
     if bad:
         groups: dict[str, list[int]] = {}
-        for pos, masks in bad.items():
+        for (pos, _fam), masks in bad.items():
             groups.setdefault(_nodes(masks), []).append(pos)
         for spread, positions in groups.items():
             findings.append(Finding(

@@ -76,13 +76,6 @@ class ConflictDoc(_Doc):
 SlotDoc = Annotated[Union[MemberDoc, FailureDoc, ConflictDoc], Field(discriminator="kind")]
 
 
-class SlotEnvelope(BaseModel):
-    """Wrapper so a slot file can be validated as any of the slot kinds."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    doc: SlotDoc
-
-
 class AttemptDoc(_Doc):
     """Written by global node 0 only: the attempt everyone must join now."""
 
