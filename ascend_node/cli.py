@@ -104,7 +104,7 @@ def _errors(debug: bool, on_failure: Optional[Callable[[BaseException, int], Non
         yield
     except typer.Exit:
         raise
-    except (AscendNodeError, OSError, ValueError, RuntimeError, KeyError, TypeError) as exc:
+    except Exception as exc:  # every failure ends as one line + exit code, never a traceback
         code = _report(exc, debug)
         if on_failure is not None:
             on_failure(exc, code)
