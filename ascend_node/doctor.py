@@ -341,8 +341,15 @@ def check_ips(states: Sequence[DeviceState]) -> CheckResult:
                 "warn", f"device {i} ({s.ip}) has no valid netmask ({s.netmask!r})",
                 IP_FIX.format(i=i)))
     good = [s for s in states if s.usable_ip]
-    listing = ", ".join(f"{s.device_id}={s.ip}/{s.netmask}" for s in good)
+    listing = ", ".join(f"{s.device_id}={_cidr(s)}" for s in good)
     return verdict("device.ip", findings, f"{len(good)} devices with IPs: {listing}")
+
+
+def _cidr(s: DeviceState) -> str:
+    try:
+        return f"{s.ip}/{ipaddress.ip_network(f'{s.ip}/{s.netmask}', strict=False).prefixlen}"
+    except ValueError:
+        return s.ip
 
 
 def check_unique_ips(states: Sequence[DeviceState]) -> CheckResult:
@@ -1290,7 +1297,7 @@ def run_doctor(
         reads = collect_peer_facts(paths, ident.global_index, ident.node_count, peer_wait,
                                    fresh_after)
         peer_facts = [r.doc for r in reads.values() if isinstance(r, Valid)]
-        everyone = [mine, *peer_facts]
+        everyone = sorted([mine, *peer_facts], key=lambda f: f.global_index)
         checks += [check_peers_present(reads, ident.master_count, peer_wait, fresh_after),
                    check_peer_devices(everyone, settings.allow_uneven_devices),
                    check_peer_versions(everyone), check_peer_duplicates(everyone),
