@@ -395,3 +395,38 @@ def test_clocks_hours_apart_do_not_matter(tmp_path: Path, cleanup: list[Proc]) -
     again = _run_all([nodes[0]], cleanup)
     assert again[0].popen.returncode == 0, again[0].stderr
     assert (tmp_path / "shared" / ".ascend-node" / "t" / "attempt.json").read_bytes() == before
+
+
+# ------------------------------------------------------------------ no usable volume at all
+
+
+@pytest.mark.parametrize(("case", "cause", "hint"), [
+    ("missing", "shared directory {shared}/nope (from environment ASCEND_NODE_SHARED_DIR) "
+     "does not exist or is not a directory", "mount the job's shared PVC there, or fix "
+     "--shared-dir"),
+    ("a file", "shared directory {shared}/file (from environment ASCEND_NODE_SHARED_DIR) "
+     "does not exist or is not a directory", "mount the job's shared PVC there, or fix "
+     "--shared-dir"),
+    ("unset", "no shared directory: --shared-dir, ASCEND_NODE_SHARED_DIR and MODEL_PATH are "
+     "unset", "mount the job's shared PVC and point --shared-dir (or MODEL_PATH) at it"),
+    ("no run id", "no run id: --run-id, ASCEND_NODE_RUN_ID, KUBEFLOW_RUN_ID and KFJ_RUN_ID "
+     "are unset", "set ASCEND_NODE_RUN_ID to a name shared by all pods of this job"),
+])
+def test_no_usable_shared_dir_or_run_id_exits_1_at_once(
+    tmp_path: Path, case: str, cause: str, hint: str,
+) -> None:
+    node = make_nodes(tmp_path, 1, devices=1, timeout=30)[0]
+    shared = tmp_path / "shared"
+    (shared / "file").write_text("x")
+    if case == "missing":
+        node.env["ASCEND_NODE_SHARED_DIR"] = str(shared / "nope")
+    elif case == "a file":
+        node.env["ASCEND_NODE_SHARED_DIR"] = str(shared / "file")
+    elif case == "unset":
+        del node.env["ASCEND_NODE_SHARED_DIR"]
+    else:
+        del node.env["ASCEND_NODE_RUN_ID"]
+    proc = start(node)
+    assert proc.wait(30) == 1, proc.stderr
+    assert proc.stderr.splitlines()[-2:] == [
+        f"ascend-node: error: {cause.format(shared=shared)}", f"  hint: {hint}"]
