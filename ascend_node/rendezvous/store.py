@@ -154,7 +154,7 @@ def _validate(path: Path, raw: bytes, adapter: TypeAdapter[Any]) -> Union[Any, I
     try:
         data = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        return Invalid(path, f"is not valid JSON ({exc}); "
+        return Invalid(path, f"is not valid JSON ({exc.__class__.__name__}: {exc}); "
                              "truncated or foreign")
     if isinstance(data, dict) and data.get("schema_version") not in (None, 1):
         return Invalid(path, f"has schema_version {data.get('schema_version')!r}, "
