@@ -192,7 +192,7 @@ def test_a_file_where_a_directory_belongs_is_refused(tmp_path: Path) -> None:
 # ------------------------------------------------------------------ real agents
 
 
-def _wait_for(cond: Callable[[], bool], what: str, timeout: float = 15) -> None:
+def _wait_for(cond: Callable[[], bool], what: str, timeout: float = 30) -> None:
     end = time.monotonic() + timeout
     while not cond():
         assert time.monotonic() < end, f"timed out waiting for {what}"

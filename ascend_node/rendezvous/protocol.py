@@ -38,6 +38,8 @@ from ascend_node.rendezvous.store import (
     Missing,
     RunPaths,
     Valid,
+    check_real_dirs,
+    check_writable,
     read_bytes_nofollow,
     read_doc,
     read_slot,
@@ -136,6 +138,8 @@ class Rendezvous:
         return self.clock() >= self.deadline
 
     def run(self) -> OutcomeDoc:
+        check_writable(self.paths.shared_dir)
+        check_real_dirs(self.paths.shared_dir, self.paths.root)
         if self.index == 0:
             return self._assemble()
         return self._follow()
@@ -145,10 +149,15 @@ class Rendezvous:
     def _follow(self) -> OutcomeDoc:
         published_in: Optional[str] = None
         outdated_checked: dict[str, list[int]] = {}
+        checked_dirs: set[str] = set()
         last_log = -1e9
         action: decide.FollowerAction = decide.WaitAttempt("not started")
         while True:
             attempt = self._read_attempt()
+            if attempt is not None and attempt.attempt_id not in checked_dirs:
+                check_real_dirs(self.paths.shared_dir,
+                                self.paths.attempt_dir(attempt.attempt_id))
+                checked_dirs.add(attempt.attempt_id)
             outcome = self._read_outcome(attempt.attempt_id) if attempt else None
             slot = self._slot_state(attempt.attempt_id, self.index) if attempt else None
             if isinstance(slot, str):
@@ -326,7 +335,7 @@ class Rendezvous:
         last_log = -1e9
         last_progress: Optional[tuple[tuple[int, ...], tuple[int, ...]]] = None
         abort_since: Optional[float] = None
-        settled: Optional[dict[int, tuple[int, int, int]]] = None
+        settled: Optional[tuple[MemberDoc, ...]] = None
         while True:
             self._check_attempt_still_mine(attempt_id)
             slots = {i: self._cached_slot(attempt_id, i, cache)
@@ -334,12 +343,14 @@ class Rendezvous:
             verdict = decide.evaluate(slots, self.identity.node_count,
                                       self.identity.master_count, self.allow_uneven_devices)
             if isinstance(verdict, decide.Complete):
-                stamps = {i: hit[0] for i, hit in cache.items()}
-                if settled == stamps:
+                if settled == verdict.members:
                     return self._complete(attempt_id, verdict.members)
-                # Everyone is present: look once more after a short settle, so a pod
-                # whose slot was just overwritten by a twin can still say so.
-                settled = stamps
+                # Everyone is present: read every slot afresh after a short settle, so a
+                # pod whose slot a twin just overwrote can still say so. Afresh, because
+                # some filesystems (sshfs) keep the inode on replace and stamp mtimes to
+                # the second, which the slot cache cannot see through.
+                settled = verdict.members
+                cache.clear()
                 self.sleep(self.poll_interval * SETTLE_POLLS)
                 continue
             settled = None

@@ -213,6 +213,41 @@ def ensure_dir(path: Path, trusted_root: Path) -> None:
             )
 
 
+def check_real_dirs(trusted_root: Path, path: Path) -> None:
+    """Every existing component of `path` below `trusted_root` must be a real directory.
+
+    `O_NOFOLLOW` guards only the last component of a read; a symlink planted as
+    `.ascend-node/<run>` or as an attempt directory would otherwise redirect every read.
+    Components that do not exist yet are fine (the writer creates them safely).
+    """
+    current = trusted_root
+    for part in path.relative_to(trusted_root).parts:
+        current = current / part
+        try:
+            st = os.lstat(current)
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            raise volume_error(exc, current, "inspect") from exc
+        if not stat.S_ISDIR(st.st_mode):
+            what = "a symbolic link" if stat.S_ISLNK(st.st_mode) else "not a directory"
+            raise SharedVolumeError(
+                f"{current} is {what}, refused",
+                "remove it, or run `ascend-node clean` for this run",
+            )
+
+
+def check_writable(shared_dir: Path) -> None:
+    """Fail at once on a read-only mount, instead of waiting for peers until the timeout."""
+    try:
+        flags = os.statvfs(shared_dir).f_flag
+    except OSError as exc:
+        raise volume_error(exc, shared_dir, "inspect") from exc
+    if flags & os.ST_RDONLY:
+        raise volume_error(OSError(errno.EROFS, os.strerror(errno.EROFS)), shared_dir,
+                           "write to")
+
+
 def volume_error(exc: OSError, path: Path, action: str) -> SharedVolumeError:
     """Turn an OSError on the shared volume into a one-line cause with a remedy."""
     hints = {
