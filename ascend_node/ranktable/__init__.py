@@ -1,0 +1,56 @@
+"""HCCL rank table: build it, render it byte-identically, and lint it.
+
+Why one package does all three: the builder and the validator encode the same rules
+(ascend-facts.md §2, §3.2; mindie-checks.md). Every table `build_rank_table` makes must
+pass `validate_rank_table`, and the tests hold the two to that.
+
+Modules: `build` (the table from the membership), `render` (its canonical text), `readers`
+(master IP, world size, this node's entry), `validate` (document rules, with the decisions
+the sources leave open; `servers`, `superpods`, `limits`, `values` and `problems` hold its
+parts), `filecheck` (the file rules MindIE applies before parsing). Import from here: the
+package is the public interface, the module split is not.
+"""
+
+from __future__ import annotations
+
+from ascend_node.ranktable.build import DeviceEntry, ServerEntry, build_rank_table
+from ascend_node.ranktable.filecheck import MAX_FILE_SIZE, MAX_PATH_LENGTH, validate_file
+from ascend_node.ranktable.limits import (
+    HCCL_MAX_SERVER_ID,
+    MINDIE_DEVICES_PER_SERVER,
+    MINDIE_MAX_DEVICE_ID,
+    MINDIE_MAX_RANK_ID,
+    MINDIE_MAX_STRING,
+    MINDIE_SERVER_COUNT,
+    SUPPORTED_VERSIONS,
+    Target,
+)
+from ascend_node.ranktable.problems import Problem
+from ascend_node.ranktable.readers import local_server, master_ip, world_size
+from ascend_node.ranktable.render import render_rank_table
+from ascend_node.ranktable.validate import validate_rank_table
+from ascend_node.ranktable.values import IPAddress
+
+__all__ = [
+    "HCCL_MAX_SERVER_ID",
+    "MAX_FILE_SIZE",
+    "MAX_PATH_LENGTH",
+    "MINDIE_DEVICES_PER_SERVER",
+    "MINDIE_MAX_DEVICE_ID",
+    "MINDIE_MAX_RANK_ID",
+    "MINDIE_MAX_STRING",
+    "MINDIE_SERVER_COUNT",
+    "SUPPORTED_VERSIONS",
+    "DeviceEntry",
+    "IPAddress",
+    "Problem",
+    "ServerEntry",
+    "Target",
+    "build_rank_table",
+    "local_server",
+    "master_ip",
+    "render_rank_table",
+    "validate_file",
+    "validate_rank_table",
+    "world_size",
+]

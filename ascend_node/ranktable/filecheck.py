@@ -1,0 +1,107 @@
+"""The file rules MindIE and atb_llm apply to RANK_TABLE_FILE before they parse it.
+
+Checked before the table rules so `ascend-node validate` (and doctor) report a file MindIE
+would refuse outright, e.g. a group-readable-and-writable mode, next to any content problems.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import stat
+from typing import Any, Optional, Union
+
+from ascend_node.ranktable.limits import Target
+from ascend_node.ranktable.problems import Problem
+from ascend_node.ranktable.validate import validate_rank_table
+
+# File rules of MindIE's C++ IsFileValid and atb_llm's path check.
+MAX_FILE_SIZE = 10 * 1024 * 1024
+MAX_PATH_LENGTH = 256
+_PATH_CHARS = re.compile(r"[0-9a-zA-Z_./-]*")
+
+
+def validate_file(
+    path: Union[str, os.PathLike[str]],
+    target: Target = "mindie",
+    check_owner_uid: Optional[int] = None,
+) -> list[Problem]:
+    """File rules MindIE enforces before it parses (path "file"), then the table rules.
+
+    Mirrors mindie-checks.md "The file": not a symlink, a regular file of 1 byte..10 MiB,
+    mode 0640 or stricter in every permission triad, owned by ``check_owner_uid`` when given
+    (MindIE wants the uid that runs it; root is not exempt), a real path of
+    ``[0-9a-zA-Z_./-]`` only, a path of at most 256 characters. A symlink is reported and its
+    target still checked, so one run lists everything to fix. Unparsable JSON is a problem at
+    "$". Never reads a FIFO or device node, never raises for a bad file.
+    """
+    problems: list[Problem] = []
+    text_path = os.fspath(path)
+
+    def add(message: str) -> None:
+        problems.append(Problem("file", message))
+
+    if len(text_path) > MAX_PATH_LENGTH:
+        add(
+            f"path {text_path} is {len(text_path)} characters: MindIE ignores a "
+            f"RANK_TABLE_FILE longer than {MAX_PATH_LENGTH}"
+        )
+    try:
+        link_info = os.lstat(text_path)
+    except OSError as exc:
+        add(f"{text_path} cannot be read: {exc.strerror or exc}")
+        return problems
+    if stat.S_ISLNK(link_info.st_mode):
+        add(f"{text_path} is a symlink: MindIE refuses links, copy the file instead")
+    real = os.path.realpath(text_path)
+    if _PATH_CHARS.fullmatch(real) is None:
+        bad = sorted({ch for ch in real if _PATH_CHARS.fullmatch(ch) is None})
+        shown = ", ".join(json.dumps(ch, ensure_ascii=False) for ch in bad)
+        add(f"real path {real} contains {shown}: atb_llm allows only [0-9a-zA-Z_./-]")
+    try:
+        info = os.stat(text_path)
+    except OSError as exc:
+        add(f"{text_path} cannot be read: {exc.strerror or exc}")
+        return problems
+    if not stat.S_ISREG(info.st_mode):
+        add(f"{text_path} is not a regular file")
+        return problems
+    mode = stat.S_IMODE(info.st_mode)
+    owner, group, other = (mode >> 6) & 7, (mode >> 3) & 7, mode & 7
+    if owner > 6 or group > 4 or other > 0:
+        add(f"{text_path} has mode {mode:04o}: MindIE requires 0640 or stricter")
+    if check_owner_uid is not None and info.st_uid != check_owner_uid:
+        add(
+            f"{text_path} is owned by uid {info.st_uid}, not uid {check_owner_uid} that runs "
+            "the server"
+        )
+    if info.st_size == 0:
+        add(f"{text_path} is empty")
+        return problems
+    if info.st_size > MAX_FILE_SIZE:
+        add(f"{text_path} is {info.st_size} bytes: MindIE reads at most {MAX_FILE_SIZE}")
+        return problems
+    try:
+        with open(text_path, "rb") as handle:
+            raw = handle.read(MAX_FILE_SIZE + 1)
+    except OSError as exc:
+        add(f"{text_path} cannot be read: {exc.strerror or exc}")
+        return problems
+    try:
+        doc = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
+    except UnicodeDecodeError as exc:
+        problems.append(Problem("$", f"not UTF-8 text: byte {exc.start} is {raw[exc.start]:#04x}"))
+        return problems
+    except ValueError as exc:  # json.JSONDecodeError and _reject_constant
+        problems.append(Problem("$", f"not valid JSON: {exc}"))
+        return problems
+    except RecursionError:
+        problems.append(Problem("$", "not valid JSON: nested too deeply"))
+        return problems
+    problems.extend(validate_rank_table(doc, target))
+    return problems
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON value")
