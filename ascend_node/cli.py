@@ -126,6 +126,13 @@ def _settings(verbose: bool, **flags: Any) -> Any:
     return settings
 
 
+def _option_flags(values: dict[str, Any]) -> dict[str, Any]:
+    """The contract's options among a command's parameters (None = not given)."""
+    from ascend_node.settings import OPTIONS
+
+    return {opt.name: values[opt.name] for opt in OPTIONS if opt.name in values}
+
+
 def _emit(doc: dict[str, Any]) -> None:
     print(json.dumps({"schema_version": JSON_SCHEMA_VERSION, **doc}, indent=2))
 
@@ -209,12 +216,7 @@ def ranktable(
         from ascend_node.bootstrap import ranktable as run_ranktable
         from ascend_node.outputs import StatusDoc, write_status
 
-        settings = _settings(
-            verbose, shared_dir=shared_dir, run_id=run_id, timeout=timeout,
-            master_file=master_file, world_size_file=world_size_file, state_dir=state_dir,
-            devices=devices, hccn_tool=hccn_tool, file_owner=file_owner,
-            allow_uneven_devices=allow_uneven_devices,
-        )
+        settings = _settings(verbose, **_option_flags(locals()))
         box["settings"] = settings
         result = run_ranktable(settings, os.environ, STARTED)
         write_status(settings.state_dir, StatusDoc(
@@ -335,12 +337,7 @@ def boot(
         from ascend_node.boot import boot_options_from_env
         from ascend_node.bootstrap import ranktable as run_ranktable
 
-        settings = _settings(
-            verbose, shared_dir=shared_dir, run_id=run_id, timeout=timeout,
-            master_file=master_file, world_size_file=world_size_file, state_dir=state_dir,
-            devices=devices, hccn_tool=hccn_tool, file_owner=file_owner,
-            allow_uneven_devices=allow_uneven_devices, master_port=master_port,
-        )
+        settings = _settings(verbose, **_option_flags(locals()))
         box["settings"] = settings
         opts = boot_options_from_env(os.environ, launcher, list(ctx.args), https,
                                      model_name, model_weight_path)

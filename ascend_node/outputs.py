@@ -9,14 +9,13 @@ file or none, never half of one.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shlex
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal, Optional
+from typing import Any, Literal, Optional, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -152,19 +151,27 @@ def write_env(state_dir: Path, env: Mapping[str, str], owner: Optional[tuple[int
     _write(state_dir / ENV_JSON, (doc.model_dump_json(indent=2) + "\n").encode(), 0o640, owner)
 
 
-def read_env(state_dir: Path) -> Optional[dict[str, str]]:
-    path = state_dir / ENV_JSON
+M = TypeVar("M", bound=BaseModel)
+
+
+def _read_local(path: Path, model: type[M]) -> Optional[M]:
+    """A document of this container's state dir; None when absent, ConfigError when bad."""
     try:
-        raw = path.read_text(encoding="utf-8")
+        raw = path.read_bytes()
     except FileNotFoundError:
         return None
     except OSError as exc:
         raise ConfigError(f"cannot read {path}: {exc.strerror}", "check --state-dir") from exc
     try:
-        return EnvDoc.model_validate_json(raw).env
+        return model.model_validate_json(raw)
     except ValidationError as exc:
-        raise ConfigError(f"{path} is not a valid env.json ({exc.errors()[0]['msg']})",
+        raise ConfigError(f"{path} is not a valid {path.name} ({exc.errors()[0]['msg']})",
                           "run `ascend-node ranktable` or `boot` again to rewrite it") from exc
+
+
+def read_env(state_dir: Path) -> Optional[dict[str, str]]:
+    doc = _read_local(state_dir / ENV_JSON, EnvDoc)
+    return doc.env if doc is not None else None
 
 
 def write_status(state_dir: Path, status: StatusDoc) -> None:
@@ -178,15 +185,4 @@ def write_status(state_dir: Path, status: StatusDoc) -> None:
 
 
 def read_status(state_dir: Path) -> Optional[StatusDoc]:
-    path = state_dir / STATUS_JSON
-    try:
-        raw = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        raise ConfigError(f"cannot read {path}: {exc.strerror}", "check --state-dir") from exc
-    try:
-        return StatusDoc.model_validate(json.loads(raw))
-    except (ValueError, ValidationError) as exc:
-        raise ConfigError(f"{path} is not a valid status file ({exc})",
-                          "it is rewritten by the next `ascend-node ranktable`/`boot`") from exc
+    return _read_local(state_dir / STATUS_JSON, StatusDoc)
