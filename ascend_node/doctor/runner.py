@@ -1,0 +1,239 @@
+"""`run_doctor`: gather what the checks judge, run every check, assemble the report.
+
+The only module of doctor that reads the environment, lists /dev, calls tools through the
+gatherers and, with `--peers`, writes this node's facts file; everything it hands to the
+`check_*` functions is already gathered.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from ascend_node import devices as dev
+from ascend_node.doctor.facts import (
+    FACTS_MAX_AGE,
+    collect_peer_facts,
+    facts_path,
+    make_facts,
+)
+from ascend_node.doctor.local import (
+    check_hccn_conf,
+    check_health,
+    check_ip_family,
+    check_ips,
+    check_link,
+    check_tls,
+    check_unique_ips,
+    check_visible,
+    query_device_states,
+    read_hccn_conf,
+)
+from ascend_node.doctor.mindie_config import (
+    backend_config,
+    check_mindie_config,
+    check_mindie_devices,
+    check_mindie_multinode,
+    read_mindie_state,
+)
+from ascend_node.doctor.peers import (
+    check_peer_devices,
+    check_peer_duplicates,
+    check_peer_family,
+    check_peer_netmask,
+    check_peer_subnet,
+    check_peer_tls,
+    check_peer_versions,
+    check_peers_present,
+)
+from ascend_node.doctor.ping import check_ping, ping_pairs, run_pings
+from ascend_node.doctor.processes import check_npu_holders, find_npu_holders
+from ascend_node.doctor.report import CheckResult, DoctorReport, ok
+from ascend_node.doctor.tables import (
+    check_table_content,
+    check_table_file,
+    check_table_member,
+    check_table_stale,
+    read_run_state,
+    table_in_use,
+)
+from ascend_node.errors import AscendNodeError, ConfigError
+from ascend_node.identity import NodeIdentity
+from ascend_node.ranktable import Problem, validate_file
+from ascend_node.rendezvous.store import RunPaths, Valid, read_bytes_nofollow, write_doc
+from ascend_node.settings import Settings
+from ascend_node.tools import ToolResult, run_tool
+
+
+def _identity(environ: Mapping[str, str]) -> NodeIdentity:
+    from ascend_node.bootstrap import identify
+
+    return identify(environ)
+
+
+def run_doctor(
+    settings: Settings,
+    environ: Mapping[str, str],
+    peers: bool,
+    peer_wait: float = 10.0,
+    proc_root: str = "/proc",
+    *,
+    dev_dir: str = "/dev",
+    runner: Callable[..., ToolResult] = run_tool,
+) -> DoctorReport:
+    """Run every check; raise only when the settings make checking impossible
+    (ConfigError: a bad --devices, or --peers without a shared directory and run id)."""
+    started_wall = time.time()
+    paths: Optional[RunPaths] = None
+    if peers:
+        from ascend_node.bootstrap import require_rendezvous_settings
+
+        shared, run_id = require_rendezvous_settings(settings)
+        paths = RunPaths(shared, run_id)
+    elif settings.shared_dir is not None and settings.run_id and settings.shared_dir.is_dir():
+        paths = RunPaths(settings.shared_dir, settings.run_id)
+    if settings.devices:
+        dev.parse_device_list(settings.devices, settings.sources.get("devices", "--devices"))
+    checks: list[CheckResult] = []
+
+    ident: Optional[NodeIdentity] = None
+    try:
+        ident = _identity(environ)
+        checks.append(ok("node.identity", f"{ident.name} of {ident.node_count}, pod IP "
+                         f"{ident.pod_ip}, host IP {ident.host_ip}"))
+    except AscendNodeError as exc:
+        if peers:
+            raise
+        checks.append(CheckResult("node.identity", "fail", exc.cause, exc.hint))
+
+    # Devices.
+    npu_smi = dev.resolve_tool(settings.npu_smi, "npu-smi", dev.DEFAULT_NPU_SMI)
+    hccn_tool = dev.resolve_tool(settings.hccn_tool, "hccn_tool", dev.DEFAULT_HCCN_TOOL)
+    used: Optional[dev.DeviceIds] = None
+    error = ""
+    try:
+        used = dev.enumerate_devices(settings.devices, environ, npu_smi, settings.tool_timeout,
+                                     dev_dir, settings.sources.get("devices", "--devices"))
+    except AscendNodeError as exc:
+        error = exc.cause
+    env_ids: Optional[tuple[int, ...]] = None
+    visible = environ.get("ASCEND_VISIBLE_DEVICES", "").strip()
+    if visible:
+        try:
+            env_ids = dev.parse_device_list(visible, "ASCEND_VISIBLE_DEVICES")
+        except AscendNodeError as exc:
+            error = error or exc.cause
+    try:
+        dev_ids = dev.parse_davinci_names(os.listdir(dev_dir))
+    except OSError:
+        dev_ids = ()
+    checks.append(check_visible(used, error, env_ids, dev_ids, dev_dir))
+    conf, conf_note = read_hccn_conf(settings.hccn_conf)
+    states = (query_device_states(used.ids, hccn_tool, settings.tool_timeout, conf or {}, runner)
+              if used else [])
+    checks += [check_ips(states), check_unique_ips(states), check_ip_family(states),
+               check_link(states), check_health(states), check_tls(states),
+               check_hccn_conf(states, conf, conf_note, settings.hccn_conf)]
+
+    # Rank table and MindIE.
+    mindie_state = read_mindie_state(environ)
+    multinode = (mindie_state.config is not None
+                 and backend_config(mindie_state.config).get("multiNodesInferEnabled") is True)
+    target = "mindie" if multinode else "hccl"
+    where = table_in_use(environ, settings.state_dir)
+    owner_uid = settings.file_owner[0] if settings.file_owner else os.getuid()
+    problems: list[Problem] = []
+    local_bytes: Optional[bytes] = None
+    table: Optional[dict[str, Any]] = None
+    if where.path is not None:
+        problems = validate_file(where.path, target, check_owner_uid=owner_uid)  # type: ignore[arg-type]
+        first = read_bytes_nofollow(where.path)
+        local_bytes = first if isinstance(first, bytes) else _read_following(where.path)
+        if local_bytes is not None:
+            try:
+                loaded = json.loads(local_bytes.decode("utf-8"))
+                table = loaded if isinstance(loaded, dict) else None
+            except (UnicodeDecodeError, ValueError):
+                table = None
+    checks += [check_table_file(where, problems), check_table_content(where, problems, target,
+                                                          local_bytes is not None),
+               check_table_member(table, ident.pod_ip if ident else None, states),
+               check_table_stale(where, local_bytes, read_run_state(paths),
+                                 paths.shared_table if paths else None)]
+    server_count = _server_count(table)
+    checks += [check_mindie_config(mindie_state, owner_uid),
+               check_mindie_multinode(mindie_state, server_count,
+                                      ident.node_count if ident else None, where.path is not None),
+               check_mindie_devices(mindie_state, len(states))]
+
+    # Processes.
+    server_pid = _server_pid(settings.state_dir)
+    skip = (os.getpid(),) if os.path.realpath(proc_root) == "/proc" else ()
+    holders, hidden = find_npu_holders(proc_root, skip)
+    checks.append(check_npu_holders(holders, hidden, server_pid, proc_root))
+
+    facts: dict[str, Any] = {}
+    if peers and paths is not None and ident is not None:
+        local = {c.id: c.status for c in checks}
+        mine = make_facts(paths.run_id, ident, states, local, time.time())
+        write_doc(facts_path(paths, ident.global_index), mine, paths.shared_dir)
+        fresh_after = started_wall - FACTS_MAX_AGE
+        reads = collect_peer_facts(paths, ident.global_index, ident.node_count, peer_wait,
+                                   fresh_after)
+        peer_facts = [r.doc for r in reads.values() if isinstance(r, Valid)]
+        everyone = sorted([mine, *peer_facts], key=lambda f: f.global_index)
+        checks += [check_peers_present(reads, ident.master_count, peer_wait, fresh_after),
+                   check_peer_devices(everyone, settings.allow_uneven_devices),
+                   check_peer_versions(everyone), check_peer_duplicates(everyone),
+                   check_peer_family(everyone), check_peer_netmask(everyone),
+                   check_peer_subnet(everyone), check_peer_tls(everyone)]
+        pairs, skipped, sampled_out = ping_pairs(mine, peer_facts)
+        results = run_pings(pairs, hccn_tool, settings.tool_timeout, runner)
+        checks.append(check_ping(results, skipped, sampled_out, ident.master_count))
+        facts = {"published": str(facts_path(paths, ident.global_index)),
+                 "peers_read": sorted(i for i, r in reads.items() if isinstance(r, Valid)),
+                 "pings": len(results)}
+
+    node = ident.name if ident else None
+    facts.update({"devices": [{"device_id": s.device_id, "ip": s.ip, "netmask": s.netmask,
+                               "link": s.link, "net_health": s.health, "tls": s.tls}
+                              for s in states],
+                  "rank_table": str(where.path) if where.path else None,
+                  "hccn_tool": hccn_tool})
+    return DoctorReport(node, tuple(checks), facts)
+
+
+def _read_following(path: Path) -> Optional[bytes]:
+    """The table's bytes even through a symlink (ranktable.file already reports the link;
+    the other checks still judge the content, so one run lists everything)."""
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return None
+        with open(path, "rb") as fh:
+            return fh.read(16 * 1024 * 1024)
+    except OSError:
+        return None
+
+
+def _server_count(table: Optional[Mapping[str, Any]]) -> Optional[int]:
+    if table is None:
+        return None
+    servers = table.get("server_list")
+    return len(servers) if isinstance(servers, list) else None
+
+
+def _server_pid(state_dir: Path) -> Optional[int]:
+    from ascend_node.outputs import read_status
+
+    try:
+        status = read_status(state_dir)
+    except ConfigError:
+        return None
+    if status is None or status.state != "done" or status.command != "boot":
+        return None
+    return status.pid
