@@ -138,7 +138,6 @@ class Rendezvous:
         return self.clock() >= self.deadline
 
     def run(self) -> OutcomeDoc:
-        check_writable(self.paths.shared_dir)
         check_real_dirs(self.paths.shared_dir, self.paths.root)
         if self.index == 0:
             return self._assemble()
@@ -150,6 +149,7 @@ class Rendezvous:
         published_in: Optional[str] = None
         outdated_checked: dict[str, list[int]] = {}
         checked_dirs: set[str] = set()
+        writable_checked = False
         last_log = -1e9
         action: decide.FollowerAction = decide.WaitAttempt("not started")
         while True:
@@ -164,6 +164,11 @@ class Rendezvous:
                 self._warn_once(f"{self.paths.slot(attempt.attempt_id, self.index)}: {slot}"
                                 if attempt else slot)
             action = decide.follower_step(attempt, outcome, slot, self.me, published_in)
+            if attempt is None and not writable_checked:
+                # Nobody can ever open an attempt on a read-only volume: say so now, not
+                # at the timeout. (A completed run is only read: restarts still work.)
+                check_writable(self.paths.shared_dir)
+                writable_checked = True
             if isinstance(action, decide.Done) and attempt is not None:
                 if attempt.attempt_id not in outdated_checked:
                     # Once per attempt (O(N), not per poll): has a peer been re-created
