@@ -3,9 +3,11 @@
 Results go to stdout (`--json` documents carry `schema_version`); logs and errors go to
 stderr. An error is one line naming the value at fault plus a hint, and the contract's
 exit code; a traceback only with `--debug` or `ASCEND_NODE_DEBUG=1`.
+
+No `from __future__ import annotations` here: the typer release that still supports
+Python 3.9 reads option metadata from evaluated `Annotated` hints only.
 """
 
-from __future__ import annotations
 
 import json
 import os

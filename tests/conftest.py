@@ -55,3 +55,4 @@ def hccn_capture() -> Callable[[str], dict[str, str]]:
         return cache[name]
 
     return load
+

@@ -8,13 +8,13 @@ import shutil
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
 from ascend_node.cli import app
 from ascend_node.outputs import StatusDoc, write_env, write_status
+from tests.cli_helpers import cli_runner
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
-runner = CliRunner()
+runner = cli_runner()
 
 
 def invoke(*args: str, env: dict[str, str] | None = None):

@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 import pytest
-from typer.testing import CliRunner
 
 from ascend_node.cli import app
+from tests.cli_helpers import cli_runner
 
 Captures = Callable[[str], "dict[str, str]"]
 HCCN = "/opt/ascend/driver/tools/hccn_tool"
@@ -62,7 +62,7 @@ def tree(root: Path) -> dict[str, float]:
 
 
 def run(*args: str) -> Any:
-    return CliRunner().invoke(app, ["discover", *args])
+    return cli_runner().invoke(app, ["discover", *args])
 
 
 def test_discover_json_reports_identity_devices_and_sources_and_writes_nothing(

@@ -150,7 +150,7 @@ def _validate(path: Path, raw: bytes, adapter: TypeAdapter[Any]) -> Union[Any, I
     try:
         return adapter.validate_json(raw)
     except ValidationError as exc:
-        first_error = exc.errors()[0]
+        first_error = _first_error(exc)
     try:
         data = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -161,6 +161,13 @@ def _validate(path: Path, raw: bytes, adapter: TypeAdapter[Any]) -> Union[Any, I
                              "this agent reads 1 (mixed agent versions?)")
     where = ".".join(str(p) for p in first_error["loc"]) or "document"
     return Invalid(path, f"fails validation at {where}: {first_error['msg']}")
+
+
+def _first_error(exc: ValidationError) -> Any:
+    """The error to report: a wrong `kind` first (it explains the rest), else the first.
+    Deterministic across pydantic versions, whose error order differs."""
+    errors = exc.errors()
+    return next((e for e in errors if e["loc"][-1:] == ("kind",)), errors[0])
 
 
 def _read(path: Path, adapter: TypeAdapter[Any], run_id: str,
