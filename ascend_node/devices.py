@@ -116,16 +116,20 @@ def parse_npu_smi_mapping(text: str) -> tuple[int, ...]:
 
 
 def parse_hccn_ip(text: str) -> tuple[str, str]:
-    """(ip, netmask) from `hccn_tool -i N -ip -g`; ("", "") when it printed no `ipaddr:`."""
+    """(ip, netmask) from `hccn_tool -i N -ip -g`; ("", "") when it printed no `ipaddr:`.
+
+    Also reads the IPv6 form of `-ip -inet6 -g` (`ipv6_address:` / `prefix_length:`,
+    facts §1.1); the prefix length then stands in for the netmask.
+    """
     ip = netmask = ""
     for line in text.splitlines():
         key, sep, value = line.strip().partition(":")
         if not sep:
             continue
         key = key.strip().lower()
-        if key == "ipaddr" and not ip:
+        if key in ("ipaddr", "ipv6_address") and not ip:
             ip = value.strip()
-        elif key == "netmask" and not netmask:
+        elif key in ("netmask", "prefix_length") and not netmask:
             netmask = value.strip()
     return ip, netmask
 
@@ -274,7 +278,18 @@ def query_ips(
         except ToolError as exc:
             return dev_id, "", "", "", exc
         ip, mask = parse_hccn_ip(res.stdout)
-        return dev_id, ip, mask, res.stdout + res.stderr, None
+        printed = res.stdout + res.stderr
+        if not ip:
+            # An IPv6-only RoCE port answers only the -inet6 query.
+            try:
+                res6 = runner([hccn_tool, "-i", str(dev_id), "-ip", "-inet6", "-g"],
+                              timeout=tool_timeout)
+            except ToolError:
+                res6 = None
+            if res6 is not None:
+                ip, mask = parse_hccn_ip(res6.stdout)
+                printed += res6.stdout + res6.stderr
+        return dev_id, ip, mask, printed, None
 
     workers = max(1, min(max_workers, len(ids)))
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="hccn") as pool:

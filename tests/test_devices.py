@@ -44,6 +44,11 @@ def ip_cmd(dev_id: int, tool: str = HCCN) -> list[str]:
     return [tool, "-i", str(dev_id), "-ip", "-g"]
 
 
+def ip6_cmd(dev_id: int, tool: str = HCCN) -> list[str]:
+    """Asked only of a device whose `-ip -g` printed no address."""
+    return [tool, "-i", str(dev_id), "-ip", "-inet6", "-g"]
+
+
 # ------------------------------------------------------------------ parsers on captures
 
 
@@ -311,6 +316,7 @@ def test_query_ips_falls_back_to_hccn_conf_for_a_device_without_ip(
     blocks = hccn_capture(KG)
     for i in range(3):
         fp.register(ip_cmd(i), stdout=blocks[f"hccn_tool -i {i} -ip -g"])
+    fp.register(ip6_cmd(2), stdout="")
     conf = tmp_path / "hccn.conf"
     # hccn.conf is stale for device 0: the live tool value wins.
     conf.write_text("address_0=1.1.1.1\naddress_2=192.161.202.10\nnetmask_2=255.255.255.0\n")
@@ -328,6 +334,7 @@ def test_query_ips_device_without_ip_anywhere_is_rejected_by_check(
     blocks = hccn_capture(KG)
     for i in range(3):
         fp.register(ip_cmd(i), stdout=blocks[f"hccn_tool -i {i} -ip -g"])
+    fp.register(ip6_cmd(2), stdout="")
     devices, raw = query_ips([0, 1, 2], HCCN, 2.0, hccn_conf=str(tmp_path / "absent.conf"))
     assert devices[2] == Device(2, "", "", "hccn_tool")
     with pytest.raises(DeviceError) as err:
@@ -483,3 +490,12 @@ def test_check_device_ips_accepts_or_raises_device_error(pairs: list[tuple[int, 
     except AscendNodeError as exc:
         assert isinstance(exc, DeviceError)
         assert exc.cause.startswith("device")
+
+
+def test_query_ips_reads_an_ipv6_only_device_from_the_inet6_query(fp: Any) -> None:
+    # Formats from facts §1.1: `ipv6_address:` / `prefix_length:`.
+    fp.register(ip_cmd(0), stdout="\n")
+    fp.register(ip6_cmd(0), stdout="ipv6_address:2001:db8::10\nprefix_length:64\n")
+    devices, raw = query_ips([0], HCCN, 2.0, hccn_conf=None)
+    assert devices == [Device(0, "2001:db8::10", "64", "hccn_tool")]
+    assert "ipv6_address:2001:db8::10" in raw[0]

@@ -55,6 +55,7 @@ def node_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> dict[str, str]:
 def fake_ips(fp: Any, blocks: dict[str, str], ids: range, tool: str = HCCN) -> None:
     for i in ids:
         fp.register([tool, "-i", str(i), "-ip", "-g"], stdout=blocks[f"hccn_tool -i {i} -ip -g"])
+        fp.register([tool, "-i", str(i), "-ip", "-inet6", "-g"], stdout="")
 
 
 def tree(root: Path) -> dict[str, float]:
@@ -231,6 +232,7 @@ def test_discover_invalid_device_ips_exit_1(
 ) -> None:
     for i, text in printed.items():
         fp.register([HCCN, "-i", str(i), "-ip", "-g"], stdout=text)
+        fp.register([HCCN, "-i", str(i), "-ip", "-inet6", "-g"], stdout="")
     result = run("--devices", "0,1")
     assert (result.exit_code, result.stdout) == (1, "")
     assert result.stderr.splitlines()[0] == f"ascend-node: error: {cause}"
