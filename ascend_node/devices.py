@@ -175,6 +175,8 @@ def check_device_ips(devices: Sequence[Device], raw: Mapping[int, str]) -> None:
         reason = unusable_reason(dev.ip) if dev.ip != "-1" else "failed-query sentinel"
         if reason is not None:
             value = f" {dev.ip!r} from {dev.ip_source}" if dev.ip else ""
+            # The set command is the one Ascend's multi-node guides give for "配置device IP"
+            # (`hccn_tool -i 0 -ip -s address 192.168.100.101 netmask 255.255.255.0`).
             raise DeviceError(
                 f"device {dev.device_id} has no usable RoCE IP ({reason}{value}): "
                 f"`hccn_tool -i {dev.device_id} -ip -g` printed {printed[:200]!r}",
