@@ -42,40 +42,40 @@ app = typer.Typer(
 # ----------------------------------------------------------------- shared option types
 
 SharedDir = Annotated[Optional[Path], typer.Option(
-    "--shared-dir", help="Shared volume of the run [env ASCEND_NODE_SHARED_DIR, else $MODEL_PATH]",
+    "--shared-dir", help="Shared volume of the run (env ASCEND_NODE_SHARED_DIR, else $MODEL_PATH)",
     show_default=False)]
 RunId = Annotated[Optional[str], typer.Option(
-    "--run-id", help="Run id [env ASCEND_NODE_RUN_ID, else KUBEFLOW_RUN_ID, KFJ_RUN_ID]",
+    "--run-id", help="Run id (env ASCEND_NODE_RUN_ID, else KUBEFLOW_RUN_ID, KFJ_RUN_ID)",
     show_default=False)]
 Timeout = Annotated[Optional[float], typer.Option(
-    "--timeout", help="Seconds to wait for peers, from start [env ASCEND_NODE_TIMEOUT; 900]",
+    "--timeout", help="Seconds to wait for peers, from start (env ASCEND_NODE_TIMEOUT; 900)",
     show_default=False)]
 MasterFile = Annotated[Optional[Path], typer.Option(
-    "--master-file", help="[env ASCEND_NODE_MASTER_FILE; /master]", show_default=False)]
+    "--master-file", help="(env ASCEND_NODE_MASTER_FILE; /master)", show_default=False)]
 WorldSizeFile = Annotated[Optional[Path], typer.Option(
-    "--world-size-file", help="[env ASCEND_NODE_WORLD_SIZE_FILE; /world_size]",
+    "--world-size-file", help="(env ASCEND_NODE_WORLD_SIZE_FILE; /world_size)",
     show_default=False)]
 StateDir = Annotated[Optional[Path], typer.Option(
-    "--state-dir", help="[env ASCEND_NODE_STATE_DIR; /run/ascend-node]", show_default=False)]
+    "--state-dir", help="(env ASCEND_NODE_STATE_DIR; /run/ascend-node)", show_default=False)]
 Devices = Annotated[Optional[str], typer.Option(
-    "--devices", help="Physical NPU ids, e.g. 0-7 or 0,1,2,3 [env ASCEND_NODE_DEVICES]",
+    "--devices", help="Physical NPU ids, e.g. 0-7 or 0,1,2,3 (env ASCEND_NODE_DEVICES)",
     show_default=False)]
 HccnTool = Annotated[Optional[str], typer.Option(
-    "--hccn-tool", help="hccn_tool path [env ASCEND_NODE_HCCN_TOOL]", show_default=False)]
+    "--hccn-tool", help="hccn_tool path (env ASCEND_NODE_HCCN_TOOL)", show_default=False)]
 FileOwner = Annotated[Optional[str], typer.Option(
     "--file-owner", help="UID[:GID] owning the local table and config "
-    "[env ASCEND_NODE_FILE_OWNER]", show_default=False)]
+    "(env ASCEND_NODE_FILE_OWNER)", show_default=False)]
 AllowUneven = Annotated[bool, typer.Option(
     "--allow-uneven-devices", help="Allow different NPU counts per node (training) "
-    "[env ASCEND_NODE_ALLOW_UNEVEN_DEVICES]")]
+    "(env ASCEND_NODE_ALLOW_UNEVEN_DEVICES)")]
 MasterPort = Annotated[Optional[int], typer.Option(
-    "--master-port", help="Port for launchers [env ASCEND_NODE_MASTER_PORT, MASTER_PORT; "
-    "msrun 8118, torch 29500]",
+    "--master-port", help="Port for launchers (env ASCEND_NODE_MASTER_PORT, MASTER_PORT; "
+    "msrun 8118, torch 29500)",
     show_default=False)]
 Json = Annotated[bool, typer.Option("--json", help="Print a JSON document on stdout")]
 Verbose = Annotated[bool, typer.Option("--verbose", "-v",
                                        help="Say where every setting came from")]
-Debug = Annotated[bool, typer.Option("--debug", help="Show tracebacks [env ASCEND_NODE_DEBUG=1]")]
+Debug = Annotated[bool, typer.Option("--debug", help="Show tracebacks (env ASCEND_NODE_DEBUG=1)")]
 
 
 def _debug(flag: bool) -> bool:
@@ -315,15 +315,15 @@ def boot(
     file_owner: FileOwner = None, allow_uneven_devices: AllowUneven = False,
     master_port: MasterPort = None,
     launcher: Annotated[Optional[str], typer.Option(
-        "--launcher", help="mindie | msrun | ranktable-env | torch [env ASCEND_NODE_LAUNCHER; "
-        "mindie]", show_default=False)] = None,
+        "--launcher", help="mindie | msrun | ranktable-env | torch (env ASCEND_NODE_LAUNCHER; "
+        "mindie)", show_default=False)] = None,
     https: Annotated[Optional[bool], typer.Option(
-        "--https/--no-https", help="MindIE httpsEnabled [env ASCEND_NODE_HTTPS; keep the file's]",
+        "--https/--no-https", help="MindIE httpsEnabled (env ASCEND_NODE_HTTPS; keep the file's)",
         show_default=False)] = None,
     model_name: Annotated[Optional[str], typer.Option(
-        "--model-name", help="MindIE modelName [env MODEL_NAME]", show_default=False)] = None,
+        "--model-name", help="MindIE modelName (env MODEL_NAME)", show_default=False)] = None,
     model_weight_path: Annotated[Optional[str], typer.Option(
-        "--model-weight-path", help="MindIE modelWeightPath [env MODEL_PATH]",
+        "--model-weight-path", help="MindIE modelWeightPath (env MODEL_PATH)",
         show_default=False)] = None,
     verbose: Verbose = False, debug: Debug = False,
 ) -> None:
