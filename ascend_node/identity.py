@@ -32,6 +32,7 @@ class NodeIdentity:
     host_ip: str
     incarnation: str
     sources: Mapping[str, str] = field(default_factory=dict)
+    job_version: Optional[int] = None
 
     @property
     def global_index(self) -> int:
@@ -163,6 +164,8 @@ def read_identity(
                 "map POD_UID from the downward API field metadata.uid",
             )
 
+    job_version = _job_version(environ, sources)
+
     return NodeIdentity(
         role=role,
         task_index=task_index,
@@ -172,7 +175,33 @@ def read_identity(
         host_ip=host_ip,
         incarnation=incarnation,
         sources=sources,
+        job_version=job_version,
     )
+
+
+JOB_VERSION_ENV = "ASCEND_NODE_JOB_VERSION"
+
+
+def _job_version(environ: Mapping[str, str], sources: dict[str, str]) -> Optional[int]:
+    """Volcano's job version, when the pod maps it in (optional).
+
+    Volcano bumps the `volcano.sh/job-version` annotation each time it kills and
+    re-creates the whole job (RestartJob), and leaves it alone for RestartPod/Task
+    (peers.md §1). Mapped into the environment through the downward API, it tells a
+    re-created pod with unchanged addresses whether the table it finds is from an
+    earlier start of the job. An unset annotation reaches us as an empty string.
+    """
+    raw = environ.get(JOB_VERSION_ENV, "").strip()
+    if not raw:
+        sources["job_version"] = "not set"
+        return None
+    if not re.fullmatch(r"[0-9]{1,9}", raw):
+        raise ConfigError(
+            f"{JOB_VERSION_ENV}={raw!r} is not a non-negative integer",
+            "map it from the downward API field metadata.annotations['volcano.sh/job-version']",
+        )
+    sources["job_version"] = JOB_VERSION_ENV
+    return int(raw)
 
 
 def _check_ip(name: str, value: str) -> None:

@@ -241,6 +241,9 @@ def _container(p: ManifestParams, role: str) -> dict[str, Any]:
         _field_env("POD_UID", "metadata.uid"),
         _field_env("K8S_POD_IP", "status.podIP"),
         _field_env("K8S_HOST_IP", "status.hostIP"),
+        # Bumped by Volcano on every RestartJob: keeps a re-created pod with unchanged
+        # addresses off the previous start's rank table.
+        _field_env("ASCEND_NODE_JOB_VERSION", "metadata.annotations['volcano.sh/job-version']"),
     ]
     if p.nodes == 1:
         # With no worker task the svc plugin injects no VC_WORKER_NUM at all.

@@ -189,3 +189,41 @@ def test_verify_table_holds_detects_a_foreign_entry():
     doc["server_list"][1]["container_ip"] = "10.9.9.9"
     bad = good.model_copy(update={"ranktable_text": json.dumps(doc)})
     assert "worker 0 (node 1)" in (decide.verify_table_holds(bad, data(1), 1) or "")
+
+
+# ------------------------------------------------------------------ job versions
+
+
+@pytest.mark.parametrize(("attempt_version", "mine", "expect"), [
+    (None, None, decide.Reuse),   # nobody knows a version: the old rules alone
+    (3, None, decide.Reuse),      # this pod does not know its version: no comparison
+    (3, 3, decide.Reuse),
+    (3, 4, decide.Open),          # the whole job was restarted
+    (None, 4, decide.Open),       # the attempt predates versioned pods
+    (5, 4, decide.Leftover),      # this pod is older than the attempt
+])
+def test_choose_attempt_with_job_versions(attempt_version, mine, expect):
+    att = attempt().model_copy(update={"job_version": attempt_version})
+    got = decide.choose_attempt(att, TABLE, "uid-0", ME0.digest(), 4, 1, (), mine)
+    assert isinstance(got, expect)
+
+
+def test_a_restarted_job_does_not_reuse_a_table_with_identical_data():
+    """The case data digests cannot catch: same addresses, new start of the job."""
+    att = attempt().model_copy(update={"job_version": 1})
+    me = decide.Me(2, "uid-2b", data(2).digest(), 1, job_version=2)
+    got = decide.follower_step(att, table_outcome([member(i) for i in range(4)]), None, me, None)
+    assert isinstance(got, decide.WaitAttempt) and got.kind == "stale-version"
+    assert "job version 1" in got.reason and "version 2" in got.reason
+    same = decide.Me(2, "uid-2b", data(2).digest(), 1, job_version=1)
+    assert isinstance(decide.follower_step(att, table_outcome([member(i) for i in range(4)]),
+                                           None, same, None), decide.Done)
+
+
+def test_evaluate_ignores_members_of_another_job_version():
+    slots = {i: member(i).model_copy(update={"job_version": 2}) for i in range(4)}
+    slots[3] = member(3).model_copy(update={"job_version": 1})
+    got = decide.evaluate(slots, 4, 1, False, job_version=2)
+    assert isinstance(got, decide.Waiting)
+    assert got.missing == (3,) and "job version 1" in got.invalid[3]
+    assert isinstance(decide.evaluate(slots, 4, 1, False, job_version=None), decide.Complete)

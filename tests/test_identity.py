@@ -72,8 +72,22 @@ def test_sources_say_where_each_value_came_from() -> None:
         "role": "ROLE", "master_count": "default (0)", "worker_count": "VC_WORKER_NUM",
         "task_index": "VK_TASK_INDEX", "pod_ip": "POD_IP",
         "host_ip": "pod IP (K8S_HOST_IP unset)", "incarnation": "POD_UID",
+        "job_version": "not set",
     }
     assert (ident.pod_ip, ident.host_ip) == ("10.0.0.7", "10.0.0.7")
+
+
+@pytest.mark.parametrize(("raw", "expect"), [("", None), (" 3 ", 3), ("0", 0)])
+def test_job_version_from_the_downward_api(raw: str, expect: object) -> None:
+    ident = read_identity(env(ROLE="worker", VC_TASK_INDEX="0", ASCEND_NODE_JOB_VERSION=raw))
+    assert ident.job_version == expect
+
+
+@pytest.mark.parametrize("raw", ["-1", "v2", "1.5", "9" * 12])
+def test_bad_job_version_is_named(raw: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        read_identity(env(ROLE="worker", VC_TASK_INDEX="0", ASCEND_NODE_JOB_VERSION=raw))
+    assert err.value.cause == f"ASCEND_NODE_JOB_VERSION={raw!r} is not a non-negative integer"
 
 
 def test_vc_task_index_wins_over_vk() -> None:

@@ -201,6 +201,8 @@ def test_container_identity_env(kind, nodes, rdma) -> None:
         assert env["POD_UID"] == {"fieldRef": {"fieldPath": "metadata.uid"}}
         assert env["K8S_POD_IP"] == {"fieldRef": {"fieldPath": "status.podIP"}}
         assert env["K8S_HOST_IP"] == {"fieldRef": {"fieldPath": "status.hostIP"}}
+        assert env["ASCEND_NODE_JOB_VERSION"] == {
+            "fieldRef": {"fieldPath": "metadata.annotations['volcano.sh/job-version']"}}
         assert env["ASCEND_NODE_RUN_ID"] == "job-42"
         assert env["ASCEND_NODE_TIMEOUT"] == "600"
         assert env["MODEL_PATH"] == "/data/models"

@@ -285,3 +285,26 @@ def test_one_node_job_still_gets_a_table(tmp_path):
     table = json.loads(table_of(results[0]))
     assert table["server_count"] == "1" and len(table["server_list"][0]["device"]) == 8
     assert validate_rank_table(table, "hccl") == []
+
+
+def test_job_version_keeps_a_restarted_job_off_the_old_table_even_with_same_data(tmp_path):
+    """With Volcano's job version mapped in, a pod re-created by RestartJob with unchanged
+    addresses does not take the previous start's table, whatever the start order."""
+    nodes = make_nodes(tmp_path, 3, ASCEND_NODE_JOB_VERSION="1")
+    assert codes(run(nodes)) == [0, 0, 0]
+    old = attempt_doc(tmp_path)
+    assert old["job_version"] == 1
+    for node in nodes:
+        recreate(node)
+        node.env["ASCEND_NODE_JOB_VERSION"] = "2"
+    recreate(nodes[2], new_ip="10.210.0.42")
+    nodes[1].start_delay, nodes[2].start_delay, nodes[0].start_delay = 0.0, 0.2, 1.0
+    results = run(nodes)
+    assert codes(results) == [0, 0, 0], explain(results)
+    new = attempt_doc(tmp_path)
+    assert new["attempt_id"] != old["attempt_id"] and new["job_version"] == 2
+    assert "the job was restarted: job version 2" in new["reason"]
+    table = shared_table(tmp_path)
+    assert table["server_list"][2]["container_ip"] == "10.210.0.42"
+    assert {table_of(r) for r in results} == {
+        (tmp_path / "shared" / "ranktable-t.json").read_bytes()}

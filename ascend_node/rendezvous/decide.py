@@ -48,6 +48,13 @@ class Open:
     reason: str
 
 
+@dataclass(frozen=True)
+class Leftover:
+    """This pod belongs to an older start of the job than the current attempt."""
+
+    reason: str
+
+
 def choose_attempt(
     attempt: Optional[AttemptDoc],
     outcome: Optional[OutcomeDoc],
@@ -56,12 +63,25 @@ def choose_attempt(
     node_count: int,
     master_count: int,
     outdated_slots: Sequence[int] = (),
-) -> Union[Reuse, Open]:
+    job_version: Optional[int] = None,
+) -> Union[Reuse, Open, Leftover]:
     """Node 0's choice. `outdated_slots`: nodes whose slot in a completed attempt now
     holds data that differs from the table (pods re-created with new data, asking for a
-    new attempt)."""
+    new attempt). `job_version`: Volcano's job version when the pod knows it; a newer
+    one means the whole job was restarted, so nothing of the old attempt is reused even
+    where the data is the same."""
     if attempt is None:
         return Open("no attempt yet for this run")
+    if job_version is not None and attempt.job_version != job_version:
+        if attempt.job_version is not None and attempt.job_version > job_version:
+            return Leftover(
+                f"this pod is from job version {job_version}, but attempt "
+                f"{attempt.attempt_id} is for version {attempt.job_version}"
+            )
+        return Open(
+            f"the job was restarted: job version {job_version}, attempt "
+            f"{attempt.attempt_id} was for version {attempt.job_version}"
+        )
     if attempt.node_count != node_count or attempt.master_count != master_count:
         return Open(
             f"attempt {attempt.attempt_id} was for {attempt.node_count} nodes "
@@ -113,6 +133,7 @@ def evaluate(
     node_count: int,
     master_count: int,
     allow_uneven_devices: bool,
+    job_version: Optional[int] = None,
 ) -> Union[Waiting, Abort, Complete]:
     """Judge the present slots; abort as soon as an inconsistency is certain.
 
@@ -138,6 +159,10 @@ def evaluate(
         if isinstance(state, str):
             invalid[index] = state
         elif isinstance(state, MemberDoc):
+            if _versions_differ(state.job_version, job_version):
+                invalid[index] = (f"is from job version {state.job_version}, the attempt is "
+                                  f"for {job_version}")
+                continue
             problem = _member_problem(state, index, node_count, master_count)
             if problem is not None:
                 return Abort(f"{name(index)} {problem}", (index,))
@@ -150,6 +175,11 @@ def evaluate(
     if missing:
         return Waiting(tuple(sorted(members)), missing, invalid)
     return Complete(tuple(members[i] for i in range(node_count)))
+
+
+def _versions_differ(a: Optional[int], b: Optional[int]) -> bool:
+    """Job versions are compared only when both sides know theirs."""
+    return a is not None and b is not None and a != b
 
 
 def _member_problem(
@@ -231,6 +261,7 @@ class Me:
     incarnation: str
     digest: str
     master_count: int
+    job_version: Optional[int] = None
 
 
 @dataclass(frozen=True)
@@ -238,7 +269,7 @@ class WaitAttempt:
     """No usable attempt: wait for node 0 to open one."""
 
     reason: str
-    kind: str = "no-attempt"  # no-attempt | stale-table | stale-abort
+    kind: str = "no-attempt"  # no-attempt | stale-table | stale-abort | stale-version
 
 
 @dataclass(frozen=True)
@@ -289,6 +320,12 @@ def follower_step(
     if attempt is None:
         return WaitAttempt("node 0 has not opened an attempt yet")
     aid = attempt.attempt_id
+    if _versions_differ(me.job_version, attempt.job_version):
+        return WaitAttempt(
+            f"attempt {aid} is for job version {attempt.job_version}, this pod is from "
+            f"version {me.job_version}; waiting for node 0 to open an attempt for it",
+            "stale-version",
+        )
     if attempt.conflict is not None:
         return Fail(f"attempt {aid} ended in a conflict: {attempt.conflict}")
 

@@ -52,6 +52,7 @@ class MemberDoc(_Doc):
     master_count: int = Field(ge=0)
     agent_version: str = Field(max_length=64)
     data: MemberData
+    job_version: Optional[int] = Field(default=None, ge=0)
 
 
 class FailureDoc(_Doc):
@@ -86,6 +87,7 @@ class AttemptDoc(_Doc):
     master_count: int = Field(ge=0)
     reason: str = Field(default="", max_length=2000)
     conflict: Optional[str] = Field(default=None, max_length=2000)
+    job_version: Optional[int] = Field(default=None, ge=0)
 
 
 class TableRecord(BaseModel):

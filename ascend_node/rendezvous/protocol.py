@@ -19,7 +19,7 @@ from typing import Callable, Optional
 
 from ascend_node import __version__
 from ascend_node.atomic import atomic_write_bytes
-from ascend_node.errors import ClusterInconsistent, PeerTimeout, SharedVolumeError
+from ascend_node.errors import ClusterInconsistent, ConfigError, PeerTimeout, SharedVolumeError
 from ascend_node.identity import NodeIdentity, node_name
 from ascend_node.ranktable import DeviceEntry, ServerEntry, build_rank_table, render_rank_table
 from ascend_node.rendezvous import decide
@@ -83,7 +83,7 @@ class Rendezvous:
     @property
     def me(self) -> decide.Me:
         return decide.Me(self.index, self.identity.incarnation, self.data.digest(),
-                         self.identity.master_count)
+                         self.identity.master_count, self.identity.job_version)
 
     def name(self, index: int) -> str:
         return node_name(index, self.identity.master_count)
@@ -105,6 +105,7 @@ class Rendezvous:
             master_count=self.identity.master_count,
             agent_version=__version__,
             data=self.data,
+            job_version=self.identity.job_version,
         )
 
     def _publish(self, attempt_id: str) -> None:
@@ -261,6 +262,13 @@ class Rendezvous:
                 f"timed out after {waited}: {action.reason}, and no new attempt opened",
                 "the job must be restarted (all pods) to build a new rank table",
             )
+        if isinstance(action, decide.WaitAttempt) and action.kind == "stale-version":
+            return PeerTimeout(
+                f"timed out after {waited}: {action.reason}, and it never came; missing: "
+                f"{self.name(0)}",
+                f"check that {self.name(0)} of this start of the job is running and mounts "
+                "the same shared volume; exit 4 is retryable",
+            )
         if isinstance(action, decide.WaitAttempt) and action.kind == "stale-abort":
             return ClusterInconsistent(
                 f"{action.reason}; no new attempt opened within {waited}",
@@ -301,7 +309,13 @@ class Rendezvous:
         choice = decide.choose_attempt(
             attempt, outcome, self.identity.incarnation, self.data.digest(),
             self.identity.node_count, self.identity.master_count, outdated,
+            self.identity.job_version,
         )
+        if isinstance(choice, decide.Leftover):
+            raise ConfigError(
+                f"{choice.reason}: a leftover pod of an earlier start of the job",
+                "this pod should have been replaced; delete it or restart the job",
+            )
         if isinstance(choice, decide.Reuse):
             if attempt is not None and attempt.conflict is not None:
                 raise ClusterInconsistent(
@@ -317,6 +331,7 @@ class Rendezvous:
             node_count=self.identity.node_count,
             master_count=self.identity.master_count,
             reason=choice.reason,
+            job_version=self.identity.job_version,
         )
         write_doc(self.paths.attempt_file, doc, self.paths.shared_dir)
         log.info("opened attempt %s (%s)", attempt_id, choice.reason)
@@ -346,7 +361,8 @@ class Rendezvous:
             slots = {i: self._cached_slot(attempt_id, i, cache)
                      for i in range(self.identity.node_count)}
             verdict = decide.evaluate(slots, self.identity.node_count,
-                                      self.identity.master_count, self.allow_uneven_devices)
+                                      self.identity.master_count, self.allow_uneven_devices,
+                                      self.identity.job_version)
             if isinstance(verdict, decide.Complete):
                 if settled == verdict.members:
                     return self._complete(attempt_id, verdict.members)
@@ -542,7 +558,7 @@ def node0_failure(
         write_doc(paths.attempt_file, AttemptDoc(
             run_id=paths.run_id, attempt_id=attempt_id, opened_by=identity.incarnation,
             node_count=identity.node_count, master_count=identity.master_count,
-            reason="node 0 failed locally",
+            reason="node 0 failed locally", job_version=identity.job_version,
         ), paths.shared_dir)
         participants = {identity.incarnation}
         end = clock() + ABORT_GRACE
