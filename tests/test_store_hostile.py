@@ -80,7 +80,8 @@ def _huge(p: Path) -> None:
 
 
 SLOT_CASES: list[tuple[str, Plant, str]] = [
-    ("truncated JSON", _write(GOOD_MEMBER[: len(GOOD_MEMBER) // 2]),
+    ("truncated JSON",  # cut inside a string value, as a torn write would leave it
+     _write(GOOD_MEMBER[: GOOD_MEMBER.index('"incarnation":"') + len('"incarnation":"') + 3]),
      "is not valid JSON (…Unterminated string starting at"),
     ("empty file", _write(""),
      "is not valid JSON (…Expecting value: line 1 column 1"),
