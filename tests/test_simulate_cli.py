@@ -53,3 +53,18 @@ def test_simulate_rejects_a_bad_node_count():
     done = simulate("--nodes", "0")
     assert done.returncode == 2
     assert "--nodes" in done.stderr
+
+
+def test_the_summary_says_how_many_nodes_hold_the_table(tmp_path):
+    from ascend_node.sim.cluster import NodeResult, SimReport, SimSpec, format_report
+
+    results = []
+    for index, code in enumerate((0, 4)):
+        state = tmp_path / f"node-{index}"
+        state.mkdir()
+        if code == 0:
+            (state / "ranktable.json").write_text("{}\n")
+        results.append(NodeResult(index, code, 1.0, "", "ascend-node: error: timed out", state))
+    text = format_report(SimReport(SimSpec(nodes=2), tmp_path, results, 1.0, None))
+    assert "2 nodes x 8 NPUs: 1 ok, 1/2 nodes hold the table" in text
+    assert "    1     4     1.00  ascend-node: error: timed out" in text

@@ -246,7 +246,15 @@ def format_report(report: SimReport) -> str:
     for r in report.results:
         msg = "ok" if r.exit_code == 0 else r.last_error
         lines.append(f"{r.index:>5} {r.exit_code:>5} {r.seconds:>8.2f}  {msg}")
-    verdict = "identical tables on every node" if report.identical else "TABLES DIFFER"
+    tables = [r.state_dir / "ranktable.json" for r in report.results]
+    held = {t.read_bytes() for t in tables if t.is_file()}
+    holding = sum(t.is_file() for t in tables)
+    if report.identical:
+        verdict = "identical tables on every node"
+    elif len(held) > 1:
+        verdict = "TABLES DIFFER between nodes"
+    else:
+        verdict = f"{holding}/{len(tables)} nodes hold the table"
     lines.append(
         f"{report.spec.nodes} nodes x {report.spec.devices} NPUs: "
         f"{sum(r.exit_code == 0 for r in report.results)} ok, {verdict}, "
