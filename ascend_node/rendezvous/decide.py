@@ -357,6 +357,10 @@ def follower_step(
     if outcome is not None:  # abort
         if participant or me.incarnation in outcome.participants:
             return Fail(f"attempt {aid} was aborted: {outcome.reason}")
+        if me.job_version is not None and attempt.job_version == me.job_version:
+            # Same start of the job: this pod only arrived after the verdict.
+            return Fail(f"attempt {aid} of this start of the job (version {me.job_version}) "
+                        f"was aborted before this pod joined: {outcome.reason}")
         return WaitAttempt(f"attempt {aid} was aborted: {outcome.reason}", "stale-abort")
 
     mine = (

@@ -16,11 +16,13 @@ temp file + fsync + rename in the same directory (`ascend_node.atomic`).
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import functools
 import json
 import os
 import stat
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, Optional, TypeVar, Union
@@ -278,6 +280,24 @@ def write_doc(path: Path, doc: BaseModel, trusted_root: Path, mode: int = 0o644)
         atomic_write_bytes(path, data, mode=mode)
     except OSError as exc:
         raise volume_error(exc, path, "write") from exc
+
+
+def volume_clock_ns(directory: Path) -> Optional[int]:
+    """The shared volume's own clock, read as the mtime of a probe file created in
+    `directory` and removed at once (None when that cannot be done). Pods on different
+    hosts compare times on the volume by this clock, never by their own."""
+    try:
+        fd, name = tempfile.mkstemp(prefix=".clock-", dir=directory)
+    except OSError:
+        return None
+    try:
+        return os.fstat(fd).st_mtime_ns
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(name)
 
 
 def file_mtime_ns(path: Path) -> Optional[int]:
