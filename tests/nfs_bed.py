@@ -31,6 +31,7 @@ state; see the shim's comment) and on AVX-512/AMX hosts through the shim.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import queue
@@ -44,7 +45,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Optional
+from typing import IO, Optional
 
 from ascend_node.sim.cluster import SimNode, SimSpec, prepare
 from ascend_node.sim.fake_tools import write_node_data
@@ -113,8 +114,8 @@ say "mounted $(cut -d' ' -f1 /proc/uptime) $(grep ' /run/shared ' /proc/mounts |
 exec "$BED_PYTHON" "$BED_RUNNER"
 """
 
-RUNNER_PY = r'''"""Pod runner inside a client guest (tests/nfs_bed.py): runs the pods of a batch that
-belong to this guest, then writes their results to the hostfs results directory."""
+RUNNER_PY = r'''"""Pod runner inside a client guest (tests/nfs_bed.py): runs the pods of a
+batch that belong to this guest, then writes their results to the hostfs results directory."""
 import json, os, subprocess, sys, time, termios
 
 client = int(os.environ["BED_CLIENT"])
@@ -234,7 +235,7 @@ def explain(results: Sequence[PodResult]) -> str:
 class _Guest:
     name: str
     proc: subprocess.Popen[bytes]
-    lines: "queue.Queue[str]" = field(default_factory=queue.Queue)
+    lines: queue.Queue[str] = field(default_factory=queue.Queue)
     offset: float = 0.0  # guest clock minus host clock
 
 
@@ -258,10 +259,11 @@ class Bed:
         self.guests: list[_Guest] = []
         self.batches = 0
         self.boot_seconds = 0.0
+        self.last_start = 0.0  # host wall-clock time of the last run's common start
         self._netns_made = False
 
     # -- set up ----------------------------------------------------------------------
-    def __enter__(self) -> "Bed":
+    def __enter__(self) -> Bed:
         try:
             self.start()
         except BaseException:
@@ -426,7 +428,7 @@ class Bed:
         (bdir / "batch.json").write_text(json.dumps({"id": batch_id, "pods": pods}))
         start = time.time() + lead
         clients = self.guests[1:]
-        for c, guest in enumerate(clients):
+        for guest in clients:
             self._send(guest, f"run {bdir / 'batch.json'} {start + guest.offset:.6f} "
                               f"{hard_timeout:g}")
         deadline = time.monotonic() + lead + hard_timeout + 30
@@ -445,21 +447,15 @@ class Bed:
     def close(self) -> None:
         """Kill every guest by process group, delete the namespace and the work dir."""
         for guest in self.guests:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(guest.proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
         for guest in self.guests:
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 guest.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                pass
             for pipe in (guest.proc.stdin, guest.proc.stdout):
                 if pipe is not None:
-                    try:
+                    with contextlib.suppress(OSError):
                         pipe.close()
-                    except OSError:
-                        pass
         self.guests.clear()
         if self._netns_made:
             subprocess.run(["ip", "netns", "del", self.netns], capture_output=True,
