@@ -28,7 +28,9 @@ from tests.nfs_bed import Bed, BedError, PodResult, explain, why_not
 
 pytestmark = [pytest.mark.nfs, pytest.mark.multiprocess]
 
-AGREE_WITHIN = 15.0  # s from the common start to the last pod holding the table
+# s from the common start to the last pod holding the table: above the 3-12 s measured
+# (guest Python start-up, shared CPU), well under acdirmin's 30 s of a cached ENOENT.
+AGREE_WITHIN = 20.0
 
 
 @pytest.fixture(scope="module", params=["4.2", "3"], ids=["v4.2", "v3"])
@@ -50,7 +52,9 @@ def bed(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 
 
 def _last_done(bed: Bed, results: list[PodResult]) -> float:
-    return max(r.end for r in results) - bed.last_start
+    done = max(r.end for r in results) - bed.last_start
+    print(f"nfs v{bed.vers}: {len(results)} pods, last done {done:.2f} s after the start")
+    return done
 
 
 def _tables(results: list[PodResult]) -> set[str | None]:
@@ -105,7 +109,7 @@ def test_a_container_restart_gets_the_same_table_back(bed: Bed) -> None:
         again = bed.run([nodes[index]], hard_timeout=60)
         assert [r.exit_code for r in again] == [0], explain(again)
         assert again[0].table == table  # byte-identical
-        assert again[0].end - again[0].start < 15, explain(again)
+        assert _last_done(bed, again) < AGREE_WITHIN, explain(again)
 
 
 def test_a_job_restart_never_reuses_the_old_table(bed: Bed) -> None:
