@@ -62,6 +62,7 @@ from ascend_node.doctor.tables import (
     read_run_state,
     table_in_use,
 )
+from ascend_node.doctor.volume import check_volume_mount, check_volume_probe, probe_round_trip
 from ascend_node.errors import AscendNodeError, ConfigError
 from ascend_node.identity import NodeIdentity
 from ascend_node.ranktable import Problem, validate_file
@@ -110,6 +111,17 @@ def run_doctor(
         if peers:
             raise
         checks.append(CheckResult("node.identity", "fail", exc.cause, exc.hint))
+
+    # The shared volume.
+    volume = (settings.shared_dir if settings.shared_dir is not None
+              and settings.shared_dir.is_dir() else None)
+    try:
+        mountinfo = Path(proc_root, "self", "mountinfo").read_text(encoding="utf-8",
+                                                                   errors="replace")
+    except OSError:
+        mountinfo = ""
+    checks += [check_volume_mount(volume, mountinfo),
+               check_volume_probe(volume, probe_round_trip(volume) if volume else None)]
 
     # Devices.
     npu_smi = dev.resolve_tool(settings.npu_smi, "npu-smi", dev.DEFAULT_NPU_SMI)

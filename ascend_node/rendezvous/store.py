@@ -8,8 +8,10 @@ Layout (ours to choose, DESIGN "Files"):
     <shared>/.ascend-node/<run>/attempts/<id>/outcome.json    table or abort (node 0 only)
     <shared>/.ascend-node/<run>/attempts/<id>/progress.json   who is missing (node 0 only)
 
-Every name is known in advance, so nobody needs a directory listing: network
-filesystems cache listings for tens of seconds, but re-open known names promptly.
+Every name is known in advance, so nobody needs a directory listing (network
+filesystems cache listings for tens of seconds). A name is not enough on NFS, whose
+client also caches *negative* lookups for 30-60 s at default mounts: waiting readers
+revalidate the directory first (`rendezvous/freshness.py`).
 Reads never follow a symlink (`O_NOFOLLOW`) and accept only regular files; writes are
 temp file + fsync + rename in the same directory (`ascend_node.atomic`).
 """
