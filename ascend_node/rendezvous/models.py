@@ -53,6 +53,10 @@ class MemberDoc(_Doc):
     agent_version: str = Field(max_length=64)
     data: MemberData
     job_version: Optional[int] = Field(default=None, ge=0)
+    contested: bool = False
+    """True when this pod found the slot already holding another pod's document: a twin
+    or a re-created pod. Node 0 then gives the other pod a poll to object before it
+    completes; an uncontested slot was the first document in it (exclusive create)."""
 
 
 class FailureDoc(_Doc):
