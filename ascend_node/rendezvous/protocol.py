@@ -70,6 +70,7 @@ class Rendezvous:
     poll_interval: float = 0.2
     progress_interval: float = 10.0
     allow_uneven_devices: bool = False
+    table_version: str = "auto"  # --table-version: auto | 1.0 | 1.2
     clock: Callable[[], float] = time.monotonic
     sleep: Callable[[float], None] = time.sleep
     _warned: set[str] = field(default_factory=set)
@@ -362,7 +363,7 @@ class Rendezvous:
                      for i in range(self.identity.node_count)}
             verdict = decide.evaluate(slots, self.identity.node_count,
                                       self.identity.master_count, self.allow_uneven_devices,
-                                      self.identity.job_version)
+                                      self.identity.job_version, self.table_version)
             if isinstance(verdict, decide.Complete):
                 if settled == verdict.members:
                     return self._complete(attempt_id, verdict.members)
@@ -462,7 +463,7 @@ class Rendezvous:
         raise ClusterInconsistent(verdict.reason, _restart_hint(self.paths))
 
     def _complete(self, attempt_id: str, members: Sequence[MemberDoc]) -> OutcomeDoc:
-        table = build_rank_table([to_server(m.data) for m in members])
+        table = build_rank_table([to_server(m.data) for m in members], self.table_version)
         text = render_rank_table(table)
         outcome = OutcomeDoc(
             run_id=self.paths.run_id, attempt_id=attempt_id, result="table",
@@ -495,7 +496,9 @@ def to_server(data: MemberData) -> ServerEntry:
         global_index=data.global_index,
         pod_ip=data.pod_ip,
         host_ip=data.host_ip,
-        devices=tuple(DeviceEntry(d.device_id, d.device_ip) for d in data.devices),
+        devices=tuple(DeviceEntry(d.device_id, d.device_ip, d.super_device_id)
+                      for d in data.devices),
+        super_pod_id=data.super_pod_id,
     )
 
 
