@@ -72,6 +72,16 @@ MasterPort = Annotated[Optional[int], typer.Option(
     "--master-port", help="Port for launchers (env ASCEND_NODE_MASTER_PORT, MASTER_PORT; "
     "msrun 8118, torch 29500)",
     show_default=False)]
+TableVersion = Annotated[Optional[str], typer.Option(
+    "--table-version", help="auto | 1.0 | 1.2: rank-table format; auto = 1.2 when every node "
+    "reports an A3 super pod (env ASCEND_NODE_TABLE_VERSION; auto)", show_default=False)]
+TableSource = Annotated[Optional[str], typer.Option(
+    "--table-source", help="auto | volume | mindcluster: meet peers on the shared volume or "
+    "take MindCluster's hccl.json; auto = the file when it exists (env "
+    "ASCEND_NODE_TABLE_SOURCE; auto)", show_default=False)]
+HcclJson = Annotated[Optional[Path], typer.Option(
+    "--hccl-json", help="MindCluster's rank table (env ASCEND_NODE_HCCL_JSON; "
+    "/user/serverid/devindex/config/hccl.json)", show_default=False)]
 Json = Annotated[bool, typer.Option("--json", help="Print a JSON document on stdout")]
 Verbose = Annotated[bool, typer.Option("--verbose", "-v",
                                        help="Say where every setting came from")]
@@ -144,16 +154,20 @@ def _emit(doc: dict[str, Any]) -> None:
 
 @app.command()
 def discover(
-    devices: Devices = None, hccn_tool: HccnTool = None, json_out: Json = False,
+    devices: Devices = None, hccn_tool: HccnTool = None, table_version: TableVersion = None,
+    table_source: TableSource = None, hccl_json: HcclJson = None, json_out: Json = False,
     verbose: Verbose = False, debug: Debug = False,
 ) -> None:
     """Identity and devices as this container sees them. Writes nothing."""
     logs.setup(verbose, _debug(debug))
     with _errors(_debug(debug)):
         from ascend_node.bootstrap import discover as run_discover
+        from ascend_node.bootstrap import table_source as choose_source
 
-        settings = _settings(verbose, devices=devices, hccn_tool=hccn_tool)
+        settings = _settings(verbose, **_option_flags(locals()))
         found = run_discover(settings, os.environ)
+        source = choose_source(settings)
+        pod = found.super_pod
         ident = found.identity
         doc = {
             "identity": {
@@ -165,8 +179,17 @@ def discover(
             },
             "devices": [
                 {"device_id": d.device_id, "ip": d.ip, "netmask": d.netmask,
-                 "ip_source": d.ip_source} for d in found.devices
+                 "ip_source": d.ip_source,
+                 **({"super_device_id": pod.sdids.get(d.device_id)} if pod else {})}
+                for d in found.devices
             ],
+            "table": {
+                "source": source.source, "source_why": source.why,
+                "hccl_json": str(settings.hccl_json),
+                "version_setting": settings.table_version,
+                "super_pod_id": pod.super_pod_id if pod else None,
+                "super_pod": found.super_pod_note,
+            },
             "sources": {**dict(ident.sources), "devices": found.device_source,
                         "hccn_tool": found.hccn_tool,
                         "run_id": settings.sources.get("run_id", "default")},
@@ -183,7 +206,11 @@ def discover(
         print(f"devices   {len(found.devices)}  [{found.device_source}; IPs from "
               f"{found.hccn_tool}]")
         for d in found.devices:
-            print(f"  {d.device_id:>3}  {d.ip:<40} {d.netmask:<16} [{d.ip_source}]")
+            sdid = f"  SDID {pod.sdids.get(d.device_id)}" if pod else ""
+            print(f"  {d.device_id:>3}  {d.ip:<40} {d.netmask:<16} [{d.ip_source}]{sdid}")
+        print(f"super pod {pod.super_pod_id if pod else '-'}  [{found.super_pod_note}]")
+        print(f"table     from {source.source}  [{source.why}]; version "
+              f"{settings.table_version} [{settings.sources.get('table_version')}]")
 
 
 def _status_writer(settings_box: dict[str, Any], command: str
@@ -208,6 +235,8 @@ def ranktable(
     master_file: MasterFile = None, world_size_file: WorldSizeFile = None,
     state_dir: StateDir = None, devices: Devices = None, hccn_tool: HccnTool = None,
     file_owner: FileOwner = None, allow_uneven_devices: AllowUneven = False,
+    table_version: TableVersion = None, table_source: TableSource = None,
+    hccl_json: HcclJson = None,
     json_out: Json = False, verbose: Verbose = False, debug: Debug = False,
 ) -> None:
     """Steps 1-5: meet the peers and write the rank table; exit 0 when this node holds it."""
@@ -313,7 +342,8 @@ def boot(
     master_file: MasterFile = None, world_size_file: WorldSizeFile = None,
     state_dir: StateDir = None, devices: Devices = None, hccn_tool: HccnTool = None,
     file_owner: FileOwner = None, allow_uneven_devices: AllowUneven = False,
-    master_port: MasterPort = None,
+    master_port: MasterPort = None, table_version: TableVersion = None,
+    table_source: TableSource = None, hccl_json: HcclJson = None,
     launcher: Annotated[Optional[str], typer.Option(
         "--launcher", help="mindie | msrun | ranktable-env | torch (env ASCEND_NODE_LAUNCHER; "
         "mindie)", show_default=False)] = None,
@@ -422,7 +452,8 @@ def doctor(
     peer_wait: Annotated[float, typer.Option(
         "--peer-wait", help="Seconds to wait for peers' facts")] = 10.0,
     shared_dir: SharedDir = None, run_id: RunId = None, state_dir: StateDir = None,
-    devices: Devices = None, hccn_tool: HccnTool = None,
+    devices: Devices = None, hccn_tool: HccnTool = None, table_version: TableVersion = None,
+    table_source: TableSource = None, hccl_json: HcclJson = None,
     json_out: Json = False, verbose: Verbose = False, debug: Debug = False,
 ) -> None:
     """Read-only health checks of this node and, with --peers, of the cluster.
@@ -433,8 +464,7 @@ def doctor(
     with _errors(_debug(debug)):
         from ascend_node.doctor import run_doctor
 
-        settings = _settings(verbose, shared_dir=shared_dir, run_id=run_id,
-                             state_dir=state_dir, devices=devices, hccn_tool=hccn_tool)
+        settings = _settings(verbose, **_option_flags(locals()))
         report = run_doctor(settings, os.environ, peers=peers, peer_wait=peer_wait)
         if json_out:
             _emit(report.to_json())

@@ -53,6 +53,13 @@ def node_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> dict[str, str]:
 
 
 def fake_ips(fp: Any, blocks: dict[str, str], ids: range, tool: str = HCCN) -> None:
+    # An A2/910 node outside any super pod: `npu-smi info -m` is the real kg capture; the
+    # spod-info refusal is invented (no capture of it exists): a non-zero exit without SDID.
+    kg = Path(__file__).parent.parent / "fixtures" / "hccn" / "kg-npu_info.txt"
+    mapping = kg.read_text().split("npu-smi info -m\n", 1)[1].split("\n\n", 1)[0]
+    fp.register([NPU_SMI, "info", "-m"], stdout=mapping + "\n", occurrences=2)
+    fp.register([NPU_SMI, "info", "-t", "spod-info", "-i", "0", "-c", "0"],
+                stderr="Error: this device does not support spod-info\n", returncode=255)
     for i in ids:
         fp.register([tool, "-i", str(i), "-ip", "-g"], stdout=blocks[f"hccn_tool -i {i} -ip -g"])
         fp.register([tool, "-i", str(i), "-ip", "-inet6", "-g"], stdout="")
@@ -109,10 +116,14 @@ def test_discover_human_output_names_every_source(
         "run id    qwen-2x8  [environment ASCEND_NODE_RUN_ID]",
         f"devices   2  [--devices; IPs from {HCCN}]",
     ]
-    assert [ln.split() for ln in lines[6:]] == [
+    assert [ln.split() for ln in lines[6:8]] == [
         ["0", "10.10.0.10", "255.255.255.0", "[hccn_tool]"],
         ["1", "10.10.0.11", "255.255.255.0", "[hccn_tool]"],
     ]
+    assert lines[8].startswith("super pod -  [device 0: `/opt/ascend/bin/npu-smi info -t "
+                               "spod-info -i 0 -c 0` printed no SDID (exit 255")
+    assert lines[9:] == ["table     from volume  [auto: no MindCluster file at "
+                         "/user/serverid/devindex/config/hccl.json]; version auto [default]"]
 
 
 def test_discover_enumerates_with_npu_smi_and_falls_back_to_hccn_conf(
