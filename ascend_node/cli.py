@@ -301,8 +301,14 @@ def validate(
 def simulate(
     nodes: Annotated[int, typer.Option("--nodes", min=1, max=1024,
                                        help="Number of simulated pods")] = 2,
-    devices: Annotated[int, typer.Option("--devices", min=1, max=16,
-                                         help="NPUs per simulated pod")] = 8,
+    devices: Annotated[Optional[int], typer.Option(
+        "--devices", min=1, max=16, help="NPUs per simulated pod (8; 16 with --a3)",
+        show_default=False)] = None,
+    a3: Annotated[bool, typer.Option(
+        "--a3", help="Atlas A3 SuperPoD nodes: npu-smi answers spod-info, the table is v1.2"
+    )] = False,
+    super_pod_size: Annotated[int, typer.Option(
+        "--super-pod-size", min=0, help="With --a3: nodes per super pod (0: all in one)")] = 0,
     shared_dir: Annotated[Optional[Path], typer.Option(
         "--shared-dir", help="Shared directory to meet on (default: a new temp dir)",
         show_default=False)] = None,
@@ -322,9 +328,10 @@ def simulate(
     with _errors(_debug(debug)):
         from ascend_node.sim.cluster import SimSpec, format_report, run_cluster
 
-        spec = SimSpec(nodes=nodes, devices=devices, masters=min(masters, nodes),
-                       run_id=run_id, timeout=timeout, tool_delay=tool_delay,
-                       boot=boot_chain)
+        spec = SimSpec(nodes=nodes, devices=devices or (16 if a3 else 8),
+                       masters=min(masters, nodes), run_id=run_id, timeout=timeout,
+                       tool_delay=tool_delay, boot=boot_chain, a3=a3,
+                       super_pod_size=super_pod_size)
         report = run_cluster(spec, shared_dir)
         if json_out:
             _emit(report.to_json())
