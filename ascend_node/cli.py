@@ -491,7 +491,11 @@ def manifest(
     pvc: Annotated[str, typer.Option("--pvc", help="Shared PVC (model directory)")] = "model",
     run_id: Annotated[Optional[str], typer.Option(
         "--run-id", help="Run id (default: the job name)", show_default=False)] = None,
-    npus_per_node: Annotated[int, typer.Option("--npus-per-node")] = 8,
+    npus_per_node: Annotated[Optional[int], typer.Option(
+        "--npus-per-node", help="NPUs per pod (8; 16 with --a3)", show_default=False)] = None,
+    a3: Annotated[bool, typer.Option(
+        "--a3", help="Atlas 900 A3 SuperPoD: 16 NPUs per pod, super-pod node selector")
+    ] = False,
     model_path: Annotated[str, typer.Option("--model-path", help="Mount path of the PVC")
                           ] = "/mnt/model",
     namespace: Annotated[Optional[str], typer.Option("--namespace", show_default=False)
@@ -515,10 +519,11 @@ def manifest(
         params = ManifestParams(
             kind=kind,  # type: ignore[arg-type]
             name=name, nodes=nodes, image=image, pvc=pvc, run_id=run_id or name,
-            npus_per_node=npus_per_node, model_path=model_path, namespace=namespace,
+            npus_per_node=npus_per_node or (16 if a3 else 8), model_path=model_path,
+            namespace=namespace,
             rdma_resource=rdma_resource, queue=queue, timeout=timeout,
             command=list(ctx.args) or None, npu_resource=npu_resource,
-            mount_driver=not no_driver_mounts,
+            mount_driver=not no_driver_mounts, a3=a3,
         )
         if json_out:
             print(json.dumps(render_job(params), indent=2))
