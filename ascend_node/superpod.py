@@ -119,8 +119,12 @@ def spod_info_from(text: str, device_id: int, command: str) -> SpodInfo:
     return SpodInfo(sdid, pod, values["super_pod_size"], values["server_index"])
 
 
+_LABELS = {"sdid": "SDID", "super_pod_id": "Super Pod ID", "super_pod_size": "Super Pod Size",
+           "server_index": "Server Index"}
+
+
 def _label(name: str) -> str:
-    return next(k for k, v in SPOD_KEYS.items() if v == name).title().replace("Sdid", "SDID")
+    return _LABELS[name]
 
 
 def node_super_pod(infos: Mapping[int, SpodInfo]) -> NodeSuperPod:
