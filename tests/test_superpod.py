@@ -193,7 +193,7 @@ def test_one_device_without_sdid_on_an_a3_node_is_refused_by_name() -> None:
 
 
 def test_a_device_missing_from_info_m_is_named() -> None:
-    with pytest.raises(DeviceError, match="^device 20: `/usr/local/bin/npu-smi info -m` lists "
-                                          "no chip with that physical id"):
+    with pytest.raises(DeviceError, match=r"^device 20: `/usr/local/bin/npu-smi info -m` lists "
+                                          r"no chip with that physical id"):
         query_super_pod((0, 20), NPU_SMI, 5.0, required=False,
                         runner=fake_npu_smi(A3_MAP, a3_answers(), []))
