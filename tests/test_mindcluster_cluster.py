@@ -24,10 +24,14 @@ pytestmark = pytest.mark.multiprocess
 DEVICES = 8
 OWNER = (4321, 4322)
 
-# The writer: sleeps, then rewrites the file in place (not atomically), step by step.
+# The writer: once every agent is waiting (its status.json says so), it rewrites the file
+# in place (not atomically), step by step, at the given offsets.
 WRITER = r"""
 import json, os, sys, time
-path, steps = sys.argv[1], json.loads(sys.argv[2])
+path, steps, waiting = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3:]
+give_up = time.monotonic() + 30
+while time.monotonic() < give_up and not all(os.path.exists(w) for w in waiting):
+    time.sleep(0.05)
 start = time.monotonic()
 for at, text in steps:
     time.sleep(max(0.0, at - (time.monotonic() - start)))
@@ -65,8 +69,11 @@ def mc_nodes(tmp: Path, nodes: int = 2, timeout: float = 20.0, boot: bool = Fals
     return prepare(spec, tmp / "work", shared), hccl
 
 
-def start_writer(path: Path, steps: list[tuple[float, str]]) -> subprocess.Popen[bytes]:
-    return subprocess.Popen([sys.executable, "-c", WRITER, str(path), json.dumps(steps)])
+def start_writer(path: Path, steps: list[tuple[float, str]], nodes: list[SimNode]
+                 ) -> subprocess.Popen[bytes]:
+    waiting = [str(n.state_dir / "status.json") for n in nodes]
+    return subprocess.Popen([sys.executable, "-c", WRITER, str(path), json.dumps(steps),
+                             *waiting])
 
 
 def test_waits_through_initializing_and_a_half_written_file_then_writes_mindies_table(
@@ -74,15 +81,15 @@ def test_waits_through_initializing_and_a_half_written_file_then_writes_mindies_
 ) -> None:
     nodes, hccl = mc_nodes(tmp_path)
     done = mc_table(2, 2, "completed")
-    writer = start_writer(hccl, [(0.8, mc_table(2, 1, "initializing")),
-                                 (2.0, done[: len(done) // 2]), (3.4, done)])
+    writer = start_writer(hccl, [(0.6, mc_table(2, 1, "initializing")),
+                                 (1.8, done[: len(done) // 2]), (3.0, done)], nodes)
     started = time.monotonic()
     try:
         results = launch(nodes, 30)
     finally:
         writer.wait(timeout=30)
     assert codes(results) == [0, 0], explain(results)
-    assert time.monotonic() - started < 10
+    assert time.monotonic() - started < 15
     for r in results:
         assert "the file does not exist yet" in r.stderr
         assert ("status 'initializing', 1 of 2 servers listed; missing: worker 0 (node 1)"
