@@ -262,3 +262,23 @@ def test_unusable_files_are_inconsistent_exit_5_with_the_cause(
         convert_for_mindie(doc, pod_ip, PATH, version)
     assert err.value.exit_code == 5
     assert words in err.value.cause, err.value.cause
+
+
+# ------------------------------------------------------------------ doctor
+
+
+def test_doctor_says_which_source_and_the_file_state() -> None:
+    from ascend_node.doctor.source import check_table_source
+
+    volume = check_table_source(choose_table_source("auto", PATH, False), "auto", None)
+    assert (volume.id, volume.status) == ("table.source", "ok")
+    assert volume.message == (f"rank table from volume (auto: no MindCluster file at {PATH}); "
+                              "--table-version auto")
+    mc = choose_table_source("mindcluster", PATH, True)
+    ready = check_table_source(mc, "1.2", judge_hccl_json(COMPLETED))
+    assert ready.status == "ok"
+    assert ready.message.endswith("hccl.json is completed with 2 server(s), version '1.0'")
+    waiting = check_table_source(mc, "auto", judge_hccl_json(INITIALIZING))
+    assert waiting.status == "warn"
+    assert waiting.message.endswith("hccl.json is not usable yet: status 'initializing'")
+    assert "MindCluster marks it completed" in waiting.remedy
