@@ -393,13 +393,21 @@ def verify_table_holds(outcome: OutcomeDoc, data: MemberData, master_count: int)
     """Check that the table text has exactly my entry: container IP and devices.
 
     The digest says the assembler used my document; this says the table it wrote
-    really holds it (a defence against a buggy or foreign assembler).
+    really holds it (a defence against a buggy or foreign assembler). A v1.0 table lists
+    node i at position i; a v1.2 table groups each super pod's servers together, so there
+    my entry is found by its container IP (unique: `evaluate` refuses repeated pod IPs).
     """
     try:
         table = json.loads(outcome.ranktable_text)
         servers = table["server_list"]
-        server = servers[data.global_index]
+        if table.get("version") == "1.2":
+            server = next(s for s in servers if s.get("container_ip") == data.pod_ip)
+        else:
+            server = servers[data.global_index]
         ids = [(int(d["device_id"]), d["device_ip"]) for d in server["device"]]
+    except StopIteration:
+        return (f"the table has no entry for {node_name(data.global_index, master_count)} "
+                f"(container IP {data.pod_ip})")
     except (ValueError, KeyError, IndexError, TypeError):
         return "the table of the outcome cannot be read"
     want = sorted((d.device_id, d.device_ip) for d in data.devices)
