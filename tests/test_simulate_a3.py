@@ -77,3 +77,22 @@ def test_table_version_1_2_on_nodes_without_super_pod_fails_naming_the_device(
     assert set(codes(results)) <= {1, 5} and 1 in codes(results), explain(results)
     assert ("--table-version 1.2, but device 0: `" in results[0].stderr
             and "info -t spod-info -i 0 -c 0` printed no SDID (exit 255" in results[0].stderr)
+
+
+def test_super_pods_interleaved_in_node_order_are_listed_contiguously(tmp_path: Path) -> None:
+    from ascend_node.sim.cluster import sdid
+    from ascend_node.sim.fake_tools import SuperPodSeat
+
+    (tmp_path / "shared").mkdir()
+    nodes = prepare(a3_spec(4), tmp_path / "work", tmp_path / "shared")
+    for node in nodes:  # nodes 0 and 2 in super pod 0, nodes 1 and 3 in super pod 1
+        node.seat = SuperPodSeat(node.index % 2, 2, node.index // 2)
+        for device in node.devices:
+            device.sdid = sdid(node.seat, device.device_id)
+    results = launch(nodes, 30)
+    assert codes(results) == [0, 0, 0, 0], explain(results)
+    table = json.loads((tmp_path / "shared" / "ranktable-a3.json").read_text())
+    assert [s["container_ip"] for s in table["server_list"]] == [
+        pod_ip(0), pod_ip(2), pod_ip(1), pod_ip(3)]
+    assert validate_rank_table(table, "mindie") == []
+    assert len({(r.state_dir / "ranktable.json").read_bytes() for r in results}) == 1
