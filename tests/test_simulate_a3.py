@@ -51,7 +51,7 @@ def test_a_node_outside_the_super_pod_makes_the_cluster_inconsistent(tmp_path: P
     results = launch(nodes, 30)
     assert codes(results) == [5, 5, 5], explain(results)
     words = ("master 0 (node 0), worker 0 (node 1) report an A3 super pod but worker 1 "
-             "(node 2) do not")
+             "(node 2) does not")
     assert all(words in r.stderr for r in results), explain(results)
     assert not (tmp_path / "shared" / "ranktable-a3.json").exists()
 

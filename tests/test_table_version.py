@@ -44,8 +44,8 @@ OUT = NodeSuperPodReport(None)
     ("1.0", {0: IN, 1: IN}, "1.0"),
     ("1.2", {0: IN, 1: IN_B}, "1.2"),
     ("auto", {0: IN, 1: OUT, 2: OUT},
-     ("node 0 report an A3 super pod but node 1, node 2 do not", (0, 1, 2))),
-    ("1.2", {0: IN, 1: OUT}, ("--table-version 1.2, but node 1 report no super pod", (1,))),
+     ("node 0 reports an A3 super pod but node 1, node 2 do not", (0, 1, 2))),
+    ("1.2", {0: IN, 1: OUT}, ("--table-version 1.2, but node 1 reports no super pod", (1,))),
     ("1.2", {0: OUT, 1: OUT}, ("--table-version 1.2, but node 0, node 1 report", (0, 1))),
     ("auto", {0: IN, 1: NodeSuperPodReport("0", (2, 3))},
      ("SDID 2 is reported by node 0 and node 1 in super pod 0", (0, 1))),
@@ -124,7 +124,7 @@ def test_forced_1_0_drops_super_pods_and_auto_without_pods_stays_1_0() -> None:
 
 @pytest.mark.parametrize(("servers", "version", "words"), [
     ([a3_server(0, "0"), a3_server(1, None)], "auto",
-     "node 0 report an A3 super pod but node 1 do not"),
+     "node 0 reports an A3 super pod but node 1 does not"),
     ([a3_server(0, None), a3_server(1, None)], "1.2", "--table-version 1.2, but node 0, node 1"),
     ([a3_server(0, "0"), a3_server(1, "0")], "auto", "SDID 0 is reported by node 0 and node 1"),
 ])
@@ -249,7 +249,7 @@ def test_a_mixed_cluster_aborts_as_soon_as_both_kinds_are_present_naming_them() 
     got = decide.evaluate(slots, 4, 1, False)
     assert isinstance(got, decide.Abort)
     assert got.reason.startswith("master 0 (node 0), worker 0 (node 1) report an A3 super pod "
-                                 "but worker 1 (node 2) do not")
+                                 "but worker 1 (node 2) does not")
     assert got.nodes == (0, 1, 2)
 
 
@@ -265,7 +265,7 @@ def test_forced_1_2_aborts_on_a_node_without_super_pod() -> None:
     slots: dict[int, Any] = {0: a3_member(0, "1"), 3: a3_member(3, None)}
     got = decide.evaluate(slots, 4, 1, False, table_version="1.2")
     assert isinstance(got, decide.Abort)
-    assert got.reason == "--table-version 1.2, but worker 2 (node 3) report no super pod"
+    assert got.reason == "--table-version 1.2, but worker 2 (node 3) reports no super pod"
     assert got.nodes == (3,)
 
 

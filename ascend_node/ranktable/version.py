@@ -43,6 +43,10 @@ def _listing(indices: Sequence[int], name: Callable[[int], str]) -> str:
     return shown + (f" and {len(indices) - 4} more" if len(indices) > 4 else "")
 
 
+def _verb(indices: Sequence[int], one: str, many: str) -> str:
+    return one if len(indices) == 1 else many
+
+
 def choose_table_version(
     requested: str,
     reports: Mapping[int, NodeSuperPodReport],
@@ -57,14 +61,16 @@ def choose_table_version(
     outside = sorted(i for i, r in reports.items() if r.super_pod_id is None)
     if requested == "1.2" and outside:
         return VersionConflict(
-            f"--table-version 1.2, but {_listing(outside, name)} report no super pod",
+            f"--table-version 1.2, but {_listing(outside, name)} "
+            f"{_verb(outside, 'reports', 'report')} no super pod",
             tuple(outside),
         )
     if inside and outside:
         return VersionConflict(
-            f"{_listing(inside, name)} report an A3 super pod but {_listing(outside, name)} "
-            "do not: no rank-table format fits a mixed cluster (pass --table-version 1.0 on "
-            "every pod to ignore super pods)",
+            f"{_listing(inside, name)} {_verb(inside, 'reports', 'report')} an A3 super pod "
+            f"but {_listing(outside, name)} {_verb(outside, 'does', 'do')} not: no rank-table "
+            "format fits a mixed cluster (pass --table-version 1.0 on every pod to ignore "
+            "super pods)",
             tuple(sorted(inside + outside)),
         )
     sdid_problem = _duplicate_sdid(reports, name)
