@@ -11,6 +11,7 @@ import logging
 import os
 import time
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
@@ -73,11 +74,15 @@ def discover(
         else "ASCEND_NODE_DEVICES")
     hccn_tool = dev.resolve_tool(settings.hccn_tool, "hccn_tool", dev.DEFAULT_HCCN_TOOL)
     started = time.monotonic()
-    found, raw = dev.query_ips(ids.ids, hccn_tool, settings.tool_timeout,
-                               str(settings.hccn_conf))
-    log.debug("queried %d device IPs in %.3f s", len(found), time.monotonic() - started)
-    dev.check_device_ips(found, raw)
-    probe = probe_super_pod(settings, ids.ids, npu_smi)
+    # The super-pod probe (npu-smi) runs beside the IP queries (hccn_tool): on an A2 node
+    # it costs two npu-smi calls, which would otherwise add to every pod start.
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="spod") as pool:
+        pending = pool.submit(probe_super_pod, settings, ids.ids, npu_smi)
+        found, raw = dev.query_ips(ids.ids, hccn_tool, settings.tool_timeout,
+                                   str(settings.hccn_conf))
+        log.debug("queried %d device IPs in %.3f s", len(found), time.monotonic() - started)
+        dev.check_device_ips(found, raw)
+        probe = pending.result()
     return Discovery(identity, tuple(found), ids.source, hccn_tool, probe.super_pod,
                      probe.note)
 
