@@ -89,7 +89,7 @@ class Assembler(Participant):
                      for i in range(self.identity.node_count)}
             verdict = decide.evaluate(slots, self.identity.node_count,
                                       self.identity.master_count, self.allow_uneven_devices,
-                                      self.identity.job_version)
+                                      self.identity.job_version, self.table_version)
             if isinstance(verdict, decide.Complete):
                 if settled == verdict.members:
                     return self._complete(attempt_id, verdict.members)
@@ -234,7 +234,7 @@ class Assembler(Participant):
         raise ClusterInconsistent(verdict.reason, restart_hint(self.paths))
 
     def _complete(self, attempt_id: str, members: Sequence[MemberDoc]) -> OutcomeDoc:
-        table = build_rank_table([to_server(m.data) for m in members])
+        table = build_rank_table([to_server(m.data) for m in members], self.table_version)
         text = render_rank_table(table)
         outcome = OutcomeDoc(
             run_id=self.paths.run_id, attempt_id=attempt_id, result="table",

@@ -52,6 +52,7 @@ class Participant:
     poll_interval: float = 0.2
     progress_interval: float = 10.0
     allow_uneven_devices: bool = False
+    table_version: str = "auto"  # --table-version: auto | 1.0 | 1.2
     clock: Callable[[], float] = time.monotonic
     sleep: Callable[[float], None] = time.sleep
     _warned: set[str] = field(default_factory=set)
@@ -188,7 +189,9 @@ def to_server(data: MemberData) -> ServerEntry:
         global_index=data.global_index,
         pod_ip=data.pod_ip,
         host_ip=data.host_ip,
-        devices=tuple(DeviceEntry(d.device_id, d.device_ip) for d in data.devices),
+        devices=tuple(DeviceEntry(d.device_id, d.device_ip, d.super_device_id)
+                      for d in data.devices),
+        super_pod_id=data.super_pod_id,
     )
 
 
