@@ -22,11 +22,9 @@ it does (reference/nfs.md), so every poll does that first.
 
 from __future__ import annotations
 
-import errno
 import ipaddress
 import json
 import logging
-import os
 import random
 import time
 from collections.abc import Mapping, Sequence
@@ -36,6 +34,7 @@ from typing import Any, Callable, Optional, Union
 
 from ascend_node.errors import ClusterInconsistent, PeerTimeout
 from ascend_node.ranktable import MAX_FILE_SIZE, Target, validate_rank_table
+from ascend_node.rendezvous.freshness import revalidate_dir
 
 log = logging.getLogger("ascend_node.mindcluster")
 
@@ -136,26 +135,10 @@ def describe_pending(
 
 
 def revalidate_dirs(path: Path) -> None:
-    """Open and close the file's parent directory (each level down from the nearest
-    existing ancestor when it does not exist yet), so an NFS client drops a cached
-    negative lookup (reference/nfs.md). Best effort: errors are the read's business."""
-    flags = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0)
-    parent = path.parent
-    try:
-        os.close(os.open(parent, flags))
-        return
-    except OSError as exc:
-        if exc.errno not in (errno.ENOENT, errno.ENOTDIR):
-            return
-    for level in reversed(parent.parents):
-        try:
-            os.close(os.open(level, flags))
-        except OSError:
-            return
-    try:
-        os.close(os.open(parent, flags))
-    except OSError:
-        return
+    """Revalidate the file's parent directory (each level down from the nearest existing
+    ancestor when it does not exist yet), so an NFS client drops a cached negative lookup
+    (reference/nfs.md); the rendezvous's own rule, from the filesystem root."""
+    revalidate_dir(path.parent, Path(path.anchor or "/"))
 
 
 def read_hccl_json(path: Path) -> Optional[bytes]:
