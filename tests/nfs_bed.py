@@ -181,6 +181,29 @@ for line in sys.stdin:
 '''
 
 
+# The watchdog: a separate process that learns each guest's process group and the
+# namespace on its stdin and, when that pipe closes (the bed closed, or the process that
+# owns the bed died, even by SIGKILL: a CI timeout), kills those groups and deletes the
+# namespace. Killing linux.uml's main process alone leaves its helpers running.
+WATCHDOG_PY = r"""
+import os, signal, subprocess, sys
+groups, netns = [], None
+for line in sys.stdin:
+    kind, _, value = line.strip().partition(" ")
+    if kind == "pgid":
+        groups.append(int(value))
+    elif kind == "netns":
+        netns = value
+for pgid in groups:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+if netns:
+    subprocess.run(["ip", "netns", "del", netns], capture_output=True)
+"""
+
+
 class BedError(RuntimeError):
     """The bed could not be set up or did not answer in time (not a test verdict)."""
 
@@ -261,6 +284,7 @@ class Bed:
         self.boot_seconds = 0.0
         self.last_start = 0.0  # host wall-clock time of the last run's common start
         self._netns_made = False
+        self._watchdog: Optional[subprocess.Popen[bytes]] = None
 
     # -- set up ----------------------------------------------------------------------
     def __enter__(self) -> Bed:
@@ -279,6 +303,11 @@ class Bed:
         if done.returncode != 0:
             raise BedError(f"ip {' '.join(args)}: {done.stderr.strip()}")
 
+    def _watch(self, line: str) -> None:
+        if self._watchdog is not None and self._watchdog.stdin is not None:
+            self._watchdog.stdin.write(line.encode() + b"\n")
+            self._watchdog.stdin.flush()
+
     def start(self) -> float:
         """Boot the server and the clients; returns seconds until every client mounted."""
         reason = why_not()
@@ -296,6 +325,9 @@ class Bed:
                               timeout=120)
         if done.returncode != 0:
             raise BedError(f"gcc {SHIM_SOURCE}: {done.stderr.strip()}")
+        self._watchdog = subprocess.Popen([sys.executable, "-c", WATCHDOG_PY],
+                                          stdin=subprocess.PIPE, start_new_session=True)
+        self._watch(f"netns {self.netns}")
         self._ip("netns", "add", self.netns)
         self._netns_made = True
         self._ip("-n", self.netns, "link", "set", "lo", "up")
@@ -334,6 +366,7 @@ class Bed:
         proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, env=host_env,
                                 start_new_session=True)
+        self._watch(f"pgid {proc.pid}")
         guest = _Guest(name, proc)
         self.guests.append(guest)
         threading.Thread(target=self._pump, args=(proc.stdout, guest, log),
@@ -457,6 +490,12 @@ class Bed:
                     with contextlib.suppress(OSError):
                         pipe.close()
         self.guests.clear()
+        if self._watchdog is not None:
+            if self._watchdog.stdin is not None:
+                self._watchdog.stdin.close()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self._watchdog.wait(timeout=20)
+            self._watchdog = None
         if self._netns_made:
             subprocess.run(["ip", "netns", "del", self.netns], capture_output=True,
                            timeout=20)

@@ -18,6 +18,9 @@ Skips, with the reason, when not root or UML / nfs tools / gcc are missing
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -143,9 +146,49 @@ def test_the_bed_leaves_nothing_running(tmp_path: Path) -> None:
         pass
     pids = [g.proc.pid for g in b.guests]
     assert pids == []
-    import subprocess
-
     netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     assert b.netns not in netns
     ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
     assert f"umid={b.netns}" not in ps
+
+
+KILLED_OWNER = """
+import sys, time
+from pathlib import Path
+sys.path.insert(0, sys.argv[2])
+from tests.nfs_bed import Bed
+bed = Bed(Path(sys.argv[1]), clients=1)
+bed.start()
+print("up", bed.netns, flush=True)
+time.sleep(300)
+"""
+
+
+def test_a_killed_owner_leaves_no_guest_behind(tmp_path: Path) -> None:
+    """The process that started the bed dies by SIGKILL (a CI timeout): its watchdog
+    still kills every guest's process group and deletes the namespace."""
+    reason = why_not()
+    if reason:
+        pytest.skip(reason)
+    owner = subprocess.Popen(
+        [sys.executable, "-c", KILLED_OWNER, str(tmp_path / "bed"),
+         str(Path(__file__).resolve().parents[1])],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert owner.stdout is not None
+        line = owner.stdout.readline()
+        assert line.startswith("up "), line
+        netns = line.split()[1]
+        assert f"umid={netns}" in subprocess.run(["ps", "-eo", "args"], capture_output=True,
+                                                 text=True).stdout
+    finally:
+        owner.kill()
+        owner.wait()
+    for _ in range(50):
+        ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+        ns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+        if f"umid={netns}" not in ps and netns not in ns:
+            break
+        time.sleep(0.2)
+    assert f"umid={netns}" not in ps
+    assert netns not in ns
