@@ -54,6 +54,7 @@ SUITE = "bookworm"
 BASE_PACKAGES = ("python3", "python3-pip", "tini", "iproute2", "procps", "ca-certificates")
 BASE_REPO = "localhost/ascend-node-test-base"
 LABEL = "ascend-node-test-bed"  # on every container and network we create
+SUBNET_PREFIX = "10.233."  # every job network is 10.233.<n>.0/24
 MINDIE_ROOT = "/usr/local/Ascend/mindie/latest/mindie-service"
 DAEMON_PATH = MINDIE_ROOT + "/bin/mindieservice_daemon"
 CONFIG_PATH = MINDIE_ROOT + "/conf/config.json"
@@ -335,7 +336,7 @@ class Bed:
 
     def run_argv(self, pod: Pod) -> list[str]:
         """The `podman run` of one pod (images/README.md shows the same)."""
-        argv = ["run", "-d", "--name", pod.name, "--label", LABEL,
+        argv = ["run", "-d", "--name", pod.name, "--hostname", pod.name, "--label", LABEL,
                 f"--stop-timeout={pod.stop_timeout}", *self.cgroup_args(pod.name)]
         if pod.network:
             argv += ["--network", pod.network]
@@ -388,18 +389,142 @@ class Bed:
         self.podman("volume", "prune", "-f", check=False)
 
     def leftovers(self) -> list[str]:
-        """What teardown should have removed: running conmon/containers of this work dir."""
+        """What teardown should have removed: our containers and networks, podman or
+        conmon processes of this work dir, firewall rules naming our subnets."""
         found = []
+        if (self.conf / "containers.conf").is_file():
+            ids = self.podman("ps", "-aq", "--filter", f"label={LABEL}", check=False).stdout
+            found += [f"container {c}" for c in ids.split()]
+            nets = self.podman("network", "ls", "-q", "--filter", f"label={LABEL}",
+                               check=False).stdout
+            found += [f"network {n}" for n in nets.split()]
         for proc in Path("/proc").iterdir():
-            if not proc.name.isdigit():
+            if not proc.name.isdigit() or int(proc.name) == os.getpid():
                 continue
             try:
                 cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
             except OSError:
                 continue
             if str(self.work) in cmd and ("conmon" in cmd or "podman" in cmd):
-                found.append(f"{proc.name}: {cmd[:120]}")
+                found.append(f"process {proc.name}: {cmd[:120]}")
+        if shutil.which("iptables-save"):
+            rules = subprocess.run(["iptables-save"], capture_output=True, text=True,
+                                   timeout=30, check=False).stdout
+            found += [f"iptables: {ln}" for ln in rules.splitlines() if SUBNET_PREFIX in ln]
         return found
+
+
+class Job:
+    """A Volcano job of `nodes` pods on its own bridge network and one shared volume.
+
+    Every pod gets what Volcano's env/svc plugins and the downward API give it (ROLE,
+    VC_TASK_INDEX, VC_MASTER_NUM, VC_WORKER_NUM, POD_UID, K8S_POD_IP, K8S_HOST_IP, the
+    job version), 4 fake NPUs whose answers sit in a directory mounted at the fake
+    hccn_tool's data path, and a file mounted at /dev/termination-log (kubelet's).
+    Host-side paths: work/pods/<job>/{shared,<pod>/{hccn,out,termination-log}}.
+    """
+
+    def __init__(self, bed: Bed, name: str, image: str, nodes: int, subnet: int,
+                 devices: int = 4, timeout: float = 60, version: int = 1) -> None:
+        self.bed, self.name, self.image, self.nodes = bed, name, image, nodes
+        self.subnet, self.devices, self.timeout, self.version = subnet, devices, timeout, version
+        self.generation = 0  # bumped by a job restart: new pod UIDs and addresses
+        self.dir = bed.work / "pods" / name
+        self.shared = self.dir / "shared"
+        self.network = f"ascend-node-{name}"
+        self.uids: dict[int, str] = {}
+        self.extra_env: dict[str, str] = {}
+
+    def create(self) -> Job:
+        shutil.rmtree(self.dir, ignore_errors=True)
+        self.shared.mkdir(parents=True)
+        self.bed.network(self.network, f"{SUBNET_PREFIX}{self.subnet}.0/24")
+        return self
+
+    def pod_name(self, index: int) -> str:
+        role = "master-0" if index == 0 else f"worker-{index - 1}"
+        return f"{self.name}-{role}"
+
+    def ip(self, index: int) -> str:
+        return f"{SUBNET_PREFIX}{self.subnet}.{10 + 20 * self.generation + index}"
+
+    def host_dir(self, index: int) -> Path:
+        return self.dir / self.pod_name(index)
+
+    def pod(self, index: int, image: Optional[str] = None, drop: Sequence[str] = (),
+            args: Sequence[str] = (), entrypoint: Optional[list[str]] = None) -> Pod:
+        """The pod spec (writes its fake-NPU answers and termination-log file)."""
+        import uuid
+
+        from ascend_node.sim.cluster import device_ip, host_ip
+        from ascend_node.sim.fake_tools import FakeDevice, write_node_data
+
+        here = self.host_dir(index)
+        (here / "out").mkdir(parents=True, exist_ok=True)
+        write_node_data(here / "hccn", [FakeDevice(d, device_ip(index, d))
+                                        for d in range(self.devices)])
+        (here / "termination-log").write_text("")
+        uid = self.uids.setdefault(index, str(uuid.uuid4()))
+        env = {
+            "ROLE": "master" if index == 0 else "worker",
+            "VC_TASK_INDEX": str(0 if index == 0 else index - 1),
+            "VC_MASTER_NUM": "1", "VC_WORKER_NUM": str(self.nodes - 1),
+            "POD_UID": uid, "K8S_POD_IP": self.ip(index), "K8S_HOST_IP": host_ip(index),
+            "ASCEND_NODE_JOB_VERSION": str(self.version),
+            "MODEL_PATH": "/model", "ASCEND_NODE_RUN_ID": self.name,
+            "ASCEND_NODE_TIMEOUT": f"{self.timeout:g}",
+            "ASCEND_NODE_PROGRESS_INTERVAL": "2",
+            "ASCEND_VISIBLE_DEVICES": ",".join(str(d) for d in range(self.devices)),
+            "ASCEND_NODE_SIM_REPORT": "/pod/daemon-report.txt",
+            "ASCEND_NODE_SIM_SERVE": "1",
+            "PYTHONUNBUFFERED": "1",
+        }
+        env.update(self.extra_env)
+        for key in drop:
+            env.pop(key, None)
+        mounts = [(str(self.shared), "/model", ""),
+                  (str(here / "hccn"), SIM_DATA_MOUNT, "ro"),
+                  (str(here / "out"), "/pod", ""),
+                  (str(here / "termination-log"), "/dev/termination-log", "")]
+        return Pod(self.pod_name(index), image or self.image, env, mounts, self.ip(index),
+                   self.network, list(args), entrypoint)
+
+    def report(self, index: int) -> Optional[tuple[int, dict[str, str]]]:
+        """(pid, environment) the fake daemon recorded in this pod, None before it ran."""
+        path = self.host_dir(index) / "out" / "daemon-report.txt"
+        if not path.is_file():
+            return None
+        lines = path.read_text().splitlines()
+        env = dict(line.split("=", 1) for line in lines[1:] if "=" in line)
+        return int(lines[0].split("=", 1)[1]), env
+
+    def wait_reports(self, indexes: Iterable[int], timeout: float) -> float:
+        """Block until every pod's daemon has reported; the monotonic time it happened.
+
+        Fails fast, naming the pod, when a container exits instead."""
+        pending = set(indexes)
+        end = time.monotonic() + timeout
+        while pending:
+            for index in sorted(pending):
+                if self.report(index) is not None:
+                    pending.discard(index)
+                    continue
+                state = self.bed.state(self.pod_name(index))
+                if state.get("Status") == "exited":
+                    raise BedError(f"{self.pod_name(index)} exited {state.get('ExitCode')} "
+                                   f"before its daemon started: "
+                                   f"{_tail(self.bed.logs(self.pod_name(index)), 4)}")
+            if not pending:
+                break
+            if time.monotonic() > end:
+                raise BedError(f"no daemon report within {timeout:g} s from "
+                               f"{', '.join(self.pod_name(i) for i in sorted(pending))}")
+            time.sleep(0.2)
+        return time.monotonic()
+
+    def remove(self) -> None:
+        self.bed.remove(*(self.pod_name(i) for i in range(self.nodes)))
+        self.bed.podman("network", "rm", "-f", self.network, check=False)
 
 
 def _hard_nofile() -> int:
@@ -453,10 +578,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"container_bed: {exc}", file=sys.stderr)
         return 1
     return 0
-
-
-def names(items: Iterable[Pod]) -> list[str]:
-    return [p.name for p in items]
 
 
 if __name__ == "__main__":
