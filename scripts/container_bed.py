@@ -23,6 +23,7 @@ engineer would (images/README.md) and runs them with podman, offline:
 Usable as a module (tests/test_containers.py, bench/bench_containers.py) and as a command:
 
     scripts/container_bed.py build [--work DIR]     # base + the three images, print names
+    scripts/container_bed.py commands [--work DIR]  # the podman commands of a 2-pod job
     scripts/container_bed.py teardown [--work DIR]  # containers, networks, processes
     scripts/container_bed.py purge [--work DIR]     # teardown, then delete the work dir
 """
@@ -227,12 +228,16 @@ class Bed:
             h.update(path.encode() + b"\0" + hashlib.sha256(files[path]).digest())
         return h.hexdigest()[:12]
 
-    def build_base(self) -> str:
-        """The MindIE-like base image; reused when the work dir already holds this key."""
+    def build_base(self, fresh: bool = False) -> str:
+        """The MindIE-like base image; reused when the work dir already holds this key
+        (unless `fresh`)."""
         mirror = apt_mirror()
         files = self.base_inputs()
         image = f"{BASE_REPO}:{self.base_key(mirror, files)}"
-        if self.podman("image", "exists", image, check=False).returncode == 0:
+        exists = self.podman("image", "exists", image, check=False).returncode == 0
+        if exists and fresh:
+            self.podman("rmi", "-f", image, check=False)
+        elif exists:
             self.timings["base_build_s"] = 0.0
             return image
         overlay = self.work / "tmp" / "vendor"
@@ -300,33 +305,39 @@ class Bed:
         return out
 
     def build_argv(self, kind: str, base: str, tag: str) -> list[str]:
-        """The build command of images/README.md, section "Try it with podman"."""
+        """The build command of images/README.md ("Try it with podman"), minus the
+        machine's cgroup parent (`build_image` adds it)."""
         argv = ["build", "-f", str(ROOT / "images" / f"{kind}.Dockerfile"),
                 "--build-arg", f"BASE_IMAGE={base}"]
         if kind != "init":
             argv += ["--build-arg", "TINI_FROM=base"]
         return [*argv, "-t", tag, str(self.work / "ctx")]
 
-    def build_images(self) -> dict[str, str]:
-        """Base (cached), wheelhouse, then mindie / training / init; returns their tags."""
+    def build_image(self, kind: str, base: str, no_cache: bool = False) -> str:
+        tag = f"localhost/ascend-node-{kind}:test"
+        argv = self.build_argv(kind, base, tag)
+        extra = self.cgroup_args(f"build-{kind}-{os.getpid()}")
+        if no_cache:
+            extra.append("--no-cache")
+        t0 = time.monotonic()
+        self.podman(*argv[:-1], *extra, argv[-1], timeout=BUILD_TIMEOUT_S)
+        self.timings[f"build_{kind}_s"] = time.monotonic() - t0
+        self.images[kind] = tag
+        return tag
+
+    def build_images(self, fresh: bool = False) -> dict[str, str]:
+        """Base (cached unless `fresh`), wheelhouse, then mindie / training / init."""
         self.configure()
-        base = self.build_base()
+        base = self.build_base(fresh)
         self.wheelhouse(base)
         self.images = {"base": base}
         for kind in ("mindie", "training", "init"):
-            tag = f"localhost/ascend-node-{kind}:test"
-            t0 = time.monotonic()
-            self.podman(*self.build_argv(kind, base, tag)[:-1],
-                        *self.cgroup_args(f"build-{kind}-{os.getpid()}"),
-                        str(self.work / "ctx"), timeout=BUILD_TIMEOUT_S)
-            self.timings[f"build_{kind}_s"] = time.monotonic() - t0
-            self.images[kind] = tag
+            self.build_image(kind, base, no_cache=fresh)
         return self.images
 
-    def layer_size(self, image: str) -> int:
-        """Bytes the top layer of `image` adds (the agent layer of a project image)."""
-        out = self.podman("history", "--format", "json", image).stdout
-        return int(json.loads(out)[0]["size"])
+    def image_size(self, image: str) -> int:
+        out = self.podman("image", "inspect", "--format", "{{.Size}}", image).stdout
+        return int(out.strip())
 
     # ---- pods ---------------------------------------------------------------------
     def network(self, name: str, subnet: str) -> str:
@@ -553,9 +564,40 @@ def _tail(text: str, lines: int = 3) -> str:
     return " | ".join(kept[-lines:]) or "(no output)"
 
 
+def command_line(argv: Sequence[str]) -> str:
+    import shlex
+
+    return shlex.join(["podman", *argv])
+
+
+def print_commands(bed: Bed, nodes: int = 2) -> None:
+    """The exact build and run commands of a `nodes`-pod MindIE job, as the tests issue
+    them (minus --cgroup-parent, a quirk of our CI machines); writes the pods' files."""
+    bed.configure()
+    mirror = apt_mirror()
+    base = f"{BASE_REPO}:{bed.base_key(mirror, bed.base_inputs())}"
+    print("# build (base image: scripts/container_bed.py build; wheelhouse for its python)")
+    print(f"scripts/wheelhouse --out {bed.work}/ctx/wheelhouse --platform x86_64 --python 3.11")
+    for kind in ("mindie", "training", "init"):
+        print(command_line(bed.build_argv(kind, base, f"localhost/ascend-node-{kind}:test")))
+    job = Job(bed, "demo", "localhost/ascend-node-mindie:test", nodes, subnet=99)
+    shutil.rmtree(job.dir, ignore_errors=True)
+    job.shared.mkdir(parents=True)
+    print(f"# run a {nodes}-pod job")
+    print(command_line(["network", "create", "--label", LABEL, "--subnet",
+                        f"{SUBNET_PREFIX}{job.subnet}.0/24", job.network]))
+    for index in range(nodes):
+        argv = bed.run_argv(job.pod(index))
+        print(command_line([a for a in argv if not a.startswith("--cgroup-parent")]))
+    print(command_line(["exec", job.pod_name(0), "ascend-node", "status"]))
+    print(command_line(["logs", job.pod_name(nodes - 1)]))
+    print(command_line(["rm", "-f", *(job.pod_name(i) for i in range(nodes))]) + " && "
+          + command_line(["network", "rm", job.network]))
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("action", choices=("build", "teardown", "purge"))
+    ap.add_argument("action", choices=("build", "commands", "teardown", "purge"))
     ap.add_argument("--work", type=Path, default=DEFAULT_WORK,
                     help=f"the one directory holding all state (default {DEFAULT_WORK})")
     args = ap.parse_args(argv)
@@ -570,6 +612,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             for kind, tag in images.items():
                 print(f"{kind}: {tag}")
             print(json.dumps({k: round(v, 1) for k, v in bed.timings.items()}))
+        elif args.action == "commands":
+            print_commands(bed)
         else:
             bed.teardown()
             if args.action == "purge":
