@@ -127,12 +127,15 @@ def mindie_job(bed: Any) -> Iterator[SimpleNamespace]:
 
 def test_four_pods_exec_the_daemon_with_the_table(bed: Any, mindie_job: Any) -> None:
     job = mindie_job.job
-    tables = set()
+    tables, namespaces = set(), set()
     for index in range(4):
         pod = job.pod_name(index)
         pid, env = job.report(index)
         agent = json.loads(_cat(bed, pod, "/run/ascend-node/status.json"))
         assert pid == agent["pid"], f"{pod}: the daemon must be the agent's process (exec)"
+        assert bed.state(pod)["Status"] == "running", f"{pod}: the daemon must keep serving"
+        assert _cat(bed, pod, f"/proc/{pid}/comm").strip() == "sleep"  # the fake serving
+        namespaces.add(bed.exec(pod, "readlink", "/proc/1/ns/net").stdout.strip())
         assert "PPid:\t1\n" in _cat(bed, pod, f"/proc/{pid}/status"), f"{pod}: not under PID 1"
         assert _cat(bed, pod, "/proc/1/comm").strip() == "tini"
         assert "Daemon start success!" in bed.logs(pod)
@@ -152,6 +155,7 @@ def test_four_pods_exec_the_daemon_with_the_table(bed: Any, mindie_job: Any) -> 
                          env["RANK_TABLE_FILE"])
         assert valid.returncode == 0, f"{pod}: {valid.stdout}{valid.stderr}"
         tables.add(_cat(bed, pod, env["RANK_TABLE_FILE"]))
+    assert len(namespaces) == 4, "each pod must have its own network namespace"
     assert len(tables) == 1, "every pod must hold the same table"
     table = json.loads(tables.pop())
     assert [s["container_ip"] for s in table["server_list"]] == [job.ip(i) for i in range(4)]
@@ -262,6 +266,8 @@ def test_podman_stop_while_waiting_exits_143_with_nothing_half_written(
         status = json.loads((tmp_path / "state" / "status.json").read_text())
         assert status["state"] == "failed" and status["exit_code"] == 143, status
         assert job.report(0) is None
+        cause = (job.host_dir(0) / "termination-log").read_text()
+        assert cause.startswith("ascend-node boot: exit 143: terminated by signal 15"), cause
     finally:
         job.remove()
 
