@@ -219,6 +219,27 @@ def test_job_restart_builds_a_new_table(bed: Any, mindie_job: Any) -> None:
         assert "opened attempt" in bed.logs(job.pod_name(index)) or index != 0
 
 
+def test_externally_managed_python_still_gets_atb_llm(bed: Any) -> None:
+    """A base whose python3 is PEP 668 "externally managed" (Debian 12's own marker put
+    back): pip would refuse the wheel unless the agent opts out for that one install."""
+    job = _job(bed, "pep668", "mindie", 1, timeout=60)
+    marker = ("printf '[externally-managed]\\nError=managed by the distribution\\n' > "
+              "$(python3 -c 'import sysconfig; print(sysconfig.get_path(\"stdlib\"))')"
+              "/EXTERNALLY-MANAGED")
+    try:
+        spec = job.pod(0, entrypoint=["bash", "-c",
+                                      f"{marker} && exec tini -- ascend-node boot --"])
+        bed.run(spec)
+        job.wait_reports([0], 60)
+        pod = job.pod_name(0)
+        check = bed.exec(pod, "python3", "-m", "pip", "install", "--no-index", "atb_llm")
+        assert "externally-managed-environment" in check.stderr, "the marker is not in place"
+        mark = bed.exec(pod, "python3", "-c", "import atb_llm; print(atb_llm.MARK)")
+        assert mark.stdout.strip() == "image", bed.logs(pod)
+    finally:
+        job.remove()
+
+
 # ---- failures ----------------------------------------------------------------------------
 
 
