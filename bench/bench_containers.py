@@ -61,6 +61,7 @@ def main() -> int:
     if missing:
         raise SystemExit(f"bench_containers: not installed: {' '.join(missing)}")
     bed = cb.Bed(args.work)
+    bed.lock()
     bed.configure()
     bed.teardown()
     try:

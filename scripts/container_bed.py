@@ -136,6 +136,29 @@ class Bed:
         self.images: dict[str, str] = {}
         self.timings: dict[str, float] = {}
         self._cgroup = own_cgroup()
+        self._lock: Optional[object] = None
+
+    def lock(self, timeout: float = 900) -> None:
+        """Hold the work directory for this process (until it exits): a second test
+        session or benchmark on the same machine waits here instead of removing our
+        containers and networks, which carry the same names and label."""
+        import fcntl
+
+        self.work.mkdir(parents=True, exist_ok=True)
+        handle = open(self.work / "lock", "w")  # noqa: SIM115 - held until exit
+        end = time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > end:
+                    handle.close()
+                    raise BedError(f"{self.work} is in use by another session for over "
+                                   f"{timeout:g} s (set ASCEND_NODE_CONTAINERS_WORK to "
+                                   "use another directory)") from None
+                time.sleep(1)
+        self._lock = handle
 
     # ---- podman -------------------------------------------------------------------
     @property
@@ -603,6 +626,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = ap.parse_args(argv)
     bed = Bed(args.work)
     try:
+        bed.lock()
         if args.action == "build":
             missing = missing_tools()
             if missing:
