@@ -25,6 +25,8 @@ from typing import Any
 
 import pytest
 
+from ascend_node.manifest import ENTRYPOINT, STATUS_COMMAND
+
 pytestmark = [pytest.mark.containers]
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -120,10 +122,10 @@ def mindie_job(bed: Any) -> Iterator[SimpleNamespace]:
             bed.run(_mindie_pod(job, index))
         first = job.pod_name(0)
         _wait_in_progress(bed, first)
-        waiting = bed.exec(first, "ascend-node", "status")
+        waiting = bed.exec(first, *STATUS_COMMAND)  # the rendered readinessProbe
         bed.run(_mindie_pod(job, 3))
         job.wait_reports(range(4), 120)
-        done = bed.exec(first, "ascend-node", "status")
+        done = bed.exec(first, *STATUS_COMMAND)
         yield SimpleNamespace(job=job, waiting=waiting, done=done)
     finally:
         job.remove()
@@ -160,6 +162,10 @@ def test_four_pods_exec_the_daemon_with_the_table(bed: Any, mindie_job: Any) -> 
         assert valid.returncode == 0, f"{pod}: {valid.stdout}{valid.stderr}"
         tables.add(_cat(bed, pod, env["RANK_TABLE_FILE"]))
     assert len(namespaces) == 4, "each pod must have its own network namespace"
+    for kind in ("mindie", "training"):  # what the rendered Job's `command` repeats
+        entry = bed.podman("image", "inspect", "--format", "{{json .Config.Entrypoint}}",
+                           bed.images[kind]).stdout
+        assert json.loads(entry) == ENTRYPOINT, kind
     assert len(tables) == 1, "every pod must hold the same table"
     table = json.loads(tables.pop())
     assert [s["container_ip"] for s in table["server_list"]] == [job.ip(i) for i in range(4)]
@@ -351,8 +357,8 @@ def test_training_image_starts_the_launcher_with_the_world(bed: Any, launcher: s
     try:
         for index in range(2):
             if launcher == "torch":  # the pod's command, as a Job would give it
-                spec = job.pod(index, entrypoint=["tini", "--", "ascend-node", "boot",
-                                                  "--launcher", "torch", "--"],
+                spec = job.pod(index, entrypoint=[*ENTRYPOINT[:-1], "--launcher", "torch",
+                                                  "--"],
                                args=["torchrun", "train.py", "--lr", "0.1"])
             else:  # the image's ENTRYPOINT; the launcher from the environment
                 spec = job.pod(index, args=["train.py", "--config", "c.yaml"])
