@@ -299,8 +299,17 @@ class Bed:
             argv += ["--change", change]
         self.podman(*argv, str(tar), image, timeout=300)
         tar.unlink()
+        self._drop_stale_bases(image)
         self.timings["base_build_s"] = time.monotonic() - t0
         return image
+
+    def _drop_stale_bases(self, keep: str) -> None:
+        """Base images of older inputs: the work dir keeps one (~250 MB)."""
+        tags = self.podman("images", "--format", "{{.Repository}}:{{.Tag}}",
+                           BASE_REPO, check=False).stdout.split()
+        stale = [t for t in tags if t != keep]
+        if stale:
+            self.podman("rmi", "-f", *stale, check=False)
 
     def python_target(self, image: str) -> tuple[str, str]:
         """(machine, X.Y) of the image's python3: what the wheelhouse must hold."""
@@ -356,7 +365,13 @@ class Bed:
         self.images = {"base": base}
         for kind in ("mindie", "training", "init"):
             self.build_image(kind, base, no_cache=fresh)
+        self.prune()
         return self.images
+
+    def prune(self) -> None:
+        """Untagged images left by rebuilding the project images (each run's agent
+        wheel differs) would otherwise pile up in the work dir."""
+        self.podman("image", "prune", "-f", check=False, timeout=300)
 
     def image_size(self, image: str) -> int:
         out = self.podman("image", "inspect", "--format", "{{.Size}}", image).stdout

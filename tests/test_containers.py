@@ -72,6 +72,7 @@ def bed() -> Iterator[Any]:
         the_bed.images = {"base": base}
         for kind in ("mindie", "training", "init"):
             the_bed.build_image(kind, base)  # a failure here is the images' own
+        the_bed.prune()
         yield the_bed
     finally:
         the_bed.teardown()
