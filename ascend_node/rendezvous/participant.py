@@ -59,7 +59,7 @@ class Participant:
     fresh: Freshness = field(init=False)
 
     def __post_init__(self) -> None:
-        self.fresh = Freshness(self.paths.shared_dir)
+        self.fresh = Freshness(self.paths.shared_dir, self.clock)
 
     @property
     def index(self) -> int:

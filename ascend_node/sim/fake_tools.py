@@ -59,7 +59,7 @@ exit 1
 FAKE_DAEMON_SCRIPT = r"""#!/bin/sh
 # Fake mindieservice_daemon (ascend-node simulation): checks what MindIE checks at
 # start (mindie-checks.md), records its PID and environment, prints MindIE's success
-# line and exits (a real daemon would serve).
+# line and exits (a real daemon would serve; ASCEND_NODE_SIM_SERVE=1 keeps it up).
 fail() { echo "fake daemon: $*" >&2; exit 1; }
 [ -n "$MIES_CONTAINER_IP" ] || fail "MIES_CONTAINER_IP is not set"
 [ -n "$MASTER_IP" ] || fail "MASTER_IP is not set"
@@ -73,6 +73,9 @@ if [ -n "${ASCEND_NODE_SIM_REPORT:-}" ]; then
   { echo "pid=$$"; env; } > "$ASCEND_NODE_SIM_REPORT.tmp" && mv "$ASCEND_NODE_SIM_REPORT.tmp" "$ASCEND_NODE_SIM_REPORT"
 fi
 echo "Daemon start success!"
+# In a container the daemon keeps serving (the container stays up, as MindIE's does);
+# `exec` keeps this PID, and SIGTERM from tini ends it with 143.
+if [ -n "${ASCEND_NODE_SIM_SERVE:-}" ]; then exec sleep infinity; fi
 """
 
 FAKE_SET_ENV_SCRIPT = r"""# Fake CANN set_env.sh (ascend-node simulation): exports like the real one.
