@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from ascend_node import devices as dev
-from ascend_node import logs
+from ascend_node import events, logs
 from ascend_node.errors import AscendNodeError, ConfigError
 from ascend_node.hostinfo import default_route_ip, sandbox_facts
 from ascend_node.identity import NodeIdentity, fallback_incarnation, read_identity
@@ -115,16 +115,21 @@ def ranktable(
     paths = RunPaths(shared_dir, run_id)
     status = StatusDoc(state="in_progress", phase="discover", command=command, run_id=run_id)
     write_status(settings.state_dir, status)
+    events.activate(events.Recorder.open(
+        settings.state_dir, command, started=time.time() - (time.monotonic() - started),
+        run_id=run_id))
     identity: Optional[NodeIdentity] = None
     try:
-        identity = identify(environ)
-        logs.set_node(identity.global_index, identity.pod_ip)
-        found = discover(settings, environ, identity)
+        with events.phase("discovery") as detail:
+            identity = identify(environ)
+            logs.set_node(identity.global_index, identity.pod_ip)
+            found = discover(settings, environ, identity)
+            detail.update(node=identity.name, devices=len(found.devices))
     except AscendNodeError as exc:
         if identity is not None:
             _publish_local_failure(paths, identity, exc, deadline)
         raise
-    status = status.model_copy(update={"phase": "rendezvous", "node": identity.name})
+    status = status.replace(phase="rendezvous", node=identity.name)
     write_status(settings.state_dir, status)
     log.info("%d devices (%s), pod IP %s; joining run %s as %s of %d",
              len(found.devices), found.device_source, identity.pod_ip, run_id, identity.name,
@@ -139,12 +144,15 @@ def ranktable(
         progress_interval=settings.progress_interval,
         allow_uneven_devices=settings.allow_uneven_devices,
     )
-    outcome = rdzv.run()
-    table = json.loads(outcome.ranktable_text)
-    env = write_table_outputs(
-        settings.state_dir, outcome.ranktable_text, table, identity.pod_ip,
-        settings.master_file, settings.world_size_file, settings.file_owner,
-    )
+    with events.phase("rendezvous", node=identity.name, nodes=identity.node_count) as detail:
+        outcome = rdzv.run()
+        detail["attempt"] = outcome.attempt_id
+    with events.phase("outputs"):
+        table = json.loads(outcome.ranktable_text)
+        env = write_table_outputs(
+            settings.state_dir, outcome.ranktable_text, table, identity.pod_ip,
+            settings.master_file, settings.world_size_file, settings.file_owner,
+        )
     seconds = time.monotonic() - started
     log.info("rank table ready (attempt %s, %d servers, world size %s) in %.2f s",
              outcome.attempt_id, len(table["server_list"]), env["WORLD_SIZE"], seconds)

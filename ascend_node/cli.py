@@ -36,6 +36,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
@@ -380,17 +381,15 @@ def status(
 ) -> None:
     """This container's bootstrap state: exit 0 done, 1 failed, 3 in progress (for probes)."""
     with _errors(_debug(debug)):
+        from ascend_node.statedir import resolve_state_dir
         from ascend_node.status import current_status, wait_for_status
 
-        settings = _settings(False, state_dir=state_dir)
-        if wait:
-            view = wait_for_status(settings.state_dir, wait_timeout)
-        else:
-            view = current_status(settings.state_dir)
+        where = resolve_state_dir(state_dir, os.environ)  # not the settings model: probes
+        view = wait_for_status(where, wait_timeout) if wait else current_status(where)
         if json_out:
             _emit(view.to_json())
         else:
-            print(view.line())
+            print(view.text())
         raise typer.Exit(view.exit_code)
 
 
