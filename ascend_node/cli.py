@@ -14,7 +14,6 @@ import os
 import signal
 import sys
 import time
-import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -39,6 +38,23 @@ app = typer.Typer(
     rich_markup_mode=None,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        print(__version__)
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version_flag: Annotated[bool, typer.Option(
+        "--version", help="Print the agent's version and exit", is_eager=True,
+        callback=_print_version)] = False,
+) -> None:
+    # The flag people type first; the `version` command stays for scripts that use it.
+    pass
+
 
 # ----------------------------------------------------------------- shared option types
 
@@ -94,6 +110,8 @@ def _report(exc: BaseException, debug: bool) -> int:
         text = (f"ascend-node: internal error: {exc.__class__.__name__}: {exc}\n"
                 "  hint: rerun with --debug and report the traceback")
     if debug:
+        import traceback
+
         traceback.print_exception(type(exc), exc, exc.__traceback__, file=sys.stderr)
     sys.stderr.flush()
     print(text, file=sys.stderr, flush=True)

@@ -24,7 +24,6 @@ before activation these are no-ops, so library code can call them unconditionall
 from __future__ import annotations
 
 import json
-import logging
 import os
 import threading
 import time
@@ -38,7 +37,13 @@ MAX_BYTES = 256 * 1024
 CORE_KEYS = ("run", "phase", "start", "end", "outcome")
 RUN_PHASE = "run"  # the first event of every run: command, pid, version
 
-log = logging.getLogger("ascend_node.events")
+
+
+def _debug(message: str, *args: Any) -> None:
+    # Imported here: `status` reads events and should not pay for `logging` at start-up.
+    import logging
+
+    logging.getLogger("ascend_node.events").debug(message, *args)
 
 
 class Recorder:
@@ -55,7 +60,7 @@ class Recorder:
                 self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC,
                                    0o640)
             except OSError as exc:
-                log.debug("events disabled: cannot open %s: %s", path, exc)
+                _debug("events disabled: cannot open %s: %s", path, exc)
 
     @classmethod
     def open(cls, state_dir: Path, command: str, started: Optional[float] = None,
@@ -91,7 +96,7 @@ class Recorder:
                 if self._fd is not None:
                     os.write(self._fd, line)
         except (OSError, TypeError, ValueError) as exc:
-            log.debug("events disabled: cannot write %s: %s", self.path, exc)
+            _debug("events disabled: cannot write %s: %s", self.path, exc)
             self.close()
 
     @contextmanager

@@ -23,7 +23,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from ascend_node.atomic import atomic_write_bytes
 from ascend_node.errors import ConfigError
 
 STATE_DIR_ENV = "ASCEND_NODE_STATE_DIR"
@@ -120,6 +119,8 @@ def parse_status(raw: bytes) -> StatusDoc:
 
 def write_status(state_dir: Path, status: StatusDoc) -> None:
     """Best effort when the state dir itself is the problem: never mask the real error."""
+    from ascend_node.atomic import atomic_write_bytes  # writers only; `status` just reads
+
     try:
         ensure_state_dir(state_dir)
         atomic_write_bytes(state_dir / STATUS_JSON,
