@@ -305,17 +305,22 @@ def simulate(
     boot_chain: Annotated[bool, typer.Option(
         "--boot", help="Run the whole boot chain (set_env, MindIE config, exec) into a fake "
         "MindIE daemon")] = False,
+    table_out: Annotated[Optional[Path], typer.Option(
+        "--table-out", help="Also write the rank table to this file", show_default=False)
+    ] = None,
     json_out: Json = False, debug: Debug = False,
 ) -> None:
-    """Run the real agent as N local processes with fake NPUs and print the result."""
+    """Run the real agent as N local processes with fake NPUs; one line per server."""
     logs.setup(False, _debug(debug))
     with _errors(_debug(debug)):
-        from ascend_node.sim.cluster import SimSpec, format_report, run_cluster
+        from ascend_node.sim.cluster import SimSpec, format_report, run_cluster, write_table
 
         spec = SimSpec(nodes=nodes, devices=devices, masters=min(masters, nodes),
                        run_id=run_id, timeout=timeout, tool_delay=tool_delay,
                        boot=boot_chain)
         report = run_cluster(spec, shared_dir)
+        if table_out is not None:
+            write_table(report, table_out)
         if json_out:
             _emit(report.to_json())
         else:
