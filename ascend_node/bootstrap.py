@@ -115,9 +115,10 @@ def ranktable(
     paths = RunPaths(shared_dir, run_id)
     status = StatusDoc(state="in_progress", phase="discover", command=command, run_id=run_id)
     write_status(settings.state_dir, status)
-    events.activate(events.Recorder.open(
+    recorder = events.Recorder.open(
         settings.state_dir, command, started=time.time() - (time.monotonic() - started),
-        run_id=run_id))
+        run_id=run_id)
+    events.activate(recorder).close()  # the previous one, when the chain reruns in-process
     identity: Optional[NodeIdentity] = None
     try:
         with events.phase("discovery") as detail:
