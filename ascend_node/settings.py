@@ -12,12 +12,15 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from ascend_node.errors import ConfigError
 from ascend_node.identity import check_run_id, run_id_from_volcano_hosts
+
+DEFAULT_HCCL_JSON = "/user/serverid/devindex/config/hccl.json"
+"""Where MindCluster's Ascend Operator mounts the rank table it writes (facts §2.4)."""
 
 
 class Settings(BaseModel):
@@ -41,6 +44,9 @@ class Settings(BaseModel):
     poll_interval: float = Field(0.2, gt=0, le=30)
     progress_interval: float = Field(10.0, gt=0)
     master_port: Optional[int] = Field(None, ge=1, le=65535)
+    table_version: Literal["auto", "1.0", "1.2"] = "auto"
+    table_source: Literal["auto", "volume", "mindcluster"] = "auto"
+    hccl_json: Path = Path(DEFAULT_HCCL_JSON)
     sources: dict[str, str] = Field(default_factory=dict)
 
     @field_validator("file_owner", mode="before")
@@ -57,6 +63,15 @@ def parse_owner(text: str) -> tuple[int, int]:
     if not uid_s.isdigit() or (gid_s and not gid_s.isdigit()):
         raise ValueError(f"{text!r} is not UID[:GID] with numeric ids")
     return int(uid_s), int(gid_s) if gid_s else os.getgid()
+
+
+def _choice(*allowed: str) -> Callable[[str], str]:
+    def parse(text: str) -> str:
+        value = text.strip().lower()
+        if value not in allowed:
+            raise ValueError(f"{text!r} is not one of {', '.join(allowed)}")
+        return value
+    return parse
 
 
 def _bool(text: str) -> bool:
@@ -95,6 +110,11 @@ OPTIONS: tuple[Option, ...] = (
     Option("poll_interval", None, "ASCEND_NODE_POLL_INTERVAL", (), float),
     Option("progress_interval", None, "ASCEND_NODE_PROGRESS_INTERVAL", (), float),
     Option("master_port", "--master-port", "ASCEND_NODE_MASTER_PORT", ("MASTER_PORT",), int),
+    Option("table_version", "--table-version", "ASCEND_NODE_TABLE_VERSION", (),
+           _choice("auto", "1.0", "1.2")),
+    Option("table_source", "--table-source", "ASCEND_NODE_TABLE_SOURCE", (),
+           _choice("auto", "volume", "mindcluster")),
+    Option("hccl_json", "--hccl-json", "ASCEND_NODE_HCCL_JSON", (), Path),
 )
 
 

@@ -227,3 +227,19 @@ def test_evaluate_ignores_members_of_another_job_version():
     assert isinstance(got, decide.Waiting)
     assert got.missing == (3,) and "job version 1" in got.invalid[3]
     assert isinstance(decide.evaluate(slots, 4, 1, False, job_version=None), decide.Complete)
+
+
+@pytest.mark.parametrize(("attempt_version", "mine", "expect"), [
+    (7, 7, decide.Fail),             # this start's attempt: a late pod hears its verdict
+    (6, 7, decide.WaitAttempt),      # an earlier start's abort is history
+    (None, 7, decide.WaitAttempt),   # the attempt predates versioned pods: cannot tell
+    (7, None, decide.WaitAttempt),   # this pod does not know its version: cannot tell
+])
+def test_a_late_pod_fails_on_an_abort_of_its_own_start(attempt_version, mine, expect):
+    att = attempt().model_copy(update={"job_version": attempt_version})
+    me = decide.Me(2, "uid-2", data(2).digest(), 1, job_version=mine)
+    got = decide.follower_step(att, abort_outcome("device IP clash", participants=("uid-0",)),
+                               None, me, None)
+    assert isinstance(got, expect), got
+    if isinstance(got, decide.Fail):
+        assert "version 7" in got.reason and "device IP clash" in got.reason

@@ -710,7 +710,11 @@ def doctor(env: dict[str, str], tmp_path: Path, peers: bool = False, **flags: An
            ) -> d.DoctorReport:
     settings = resolve_settings(flags, env)
     proc = tmp_path / "proc"
-    proc.mkdir(exist_ok=True)
+    (proc / "self").mkdir(parents=True, exist_ok=True)
+    mountinfo = proc / "self" / "mountinfo"
+    if not mountinfo.exists():
+        mountinfo.write_text(f"30 1 8:1 / / rw,relatime - ext4 /dev/sda1 rw\n"
+                             f"31 30 0:40 / {tmp_path} rw - tmpfs tmpfs rw\n")
     return d.run_doctor(settings, env, peers=peers, peer_wait=0.5, proc_root=str(proc),
                         dev_dir=str(tmp_path / "dev"))
 
@@ -726,8 +730,9 @@ def test_healthy_single_node_is_exit_0_and_writes_nothing(node_env: dict[str, st
     report = doctor(node_env, tmp_path)
     assert report.problems == {} and report.exit_code == 0
     assert [c.id for c in report.checks] == [
-        "node.identity", "device.visible", "device.ip", "device.unique_ip", "device.ip_family",
-        "device.link", "device.net_health", "device.tls", "device.hccn_conf", "ranktable.file",
+        "node.identity", "table.source", "volume.mount", "volume.probe", "device.visible",
+        "device.ip", "device.unique_ip", "device.ip_family", "device.link", "device.net_health",
+        "device.tls", "device.hccn_conf", "ranktable.file",
         "ranktable.valid", "ranktable.member", "ranktable.stale", "mindie.config",
         "mindie.multinode", "mindie.devices", "process.npu_holders"]
     assert tree(tmp_path) == before

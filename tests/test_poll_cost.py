@@ -1,14 +1,23 @@
-"""A waiting follower's poll costs O(1) file operations and never lists a directory."""
+"""What a poll costs, and the NFS rule: revalidate a directory before reading a file in it.
+
+A Linux NFS client at default mounts caches negative lookups until the parent directory's
+attributes expire (30-60 s); opening the directory first makes it look again
+(`shared/reference/nfs.md`). These tests record every `os.open` of a waiting pod and
+check, poll by poll, that each file another pod writes is read only after the directory
+holding it was opened in the same poll — and that the cost stays O(1) for a follower.
+"""
 
 from __future__ import annotations
 
 import os
+import stat
 import time
+from pathlib import Path
 
 import pytest
 
 from ascend_node.identity import NodeIdentity
-from ascend_node.rendezvous import store
+from ascend_node.rendezvous import freshness
 from ascend_node.rendezvous.models import AttemptDoc
 from ascend_node.rendezvous.protocol import Rendezvous
 from ascend_node.rendezvous.store import RunPaths, write_doc
@@ -19,45 +28,159 @@ class _Stop(Exception):
     pass
 
 
-def opens_per_poll(tmp_path, nodes: int, monkeypatch) -> list[int]:
+Poll = list[tuple[str, str]]  # ("dir" | "file", path) in the order opened
+
+
+def record_polls(tmp_path: Path, nodes: int, me: int, monkeypatch, polls: int = 6
+                 ) -> list[Poll]:
+    """Run node `me` of an attempt where every node but the last is present; stop after
+    `polls` sleeps and return what each poll opened."""
     tmp_path.mkdir()
     paths = RunPaths(tmp_path, "run-1")
     write_doc(paths.attempt_file, AttemptDoc(run_id="run-1", attempt_id="a1", opened_by="uid-0",
                                              node_count=nodes, master_count=1), tmp_path)
-    for index in range(nodes - 1):  # everyone but the last node is present already
-        write_doc(paths.slot("a1", index), member(index, nodes=nodes), tmp_path)
-    me = nodes - 1
-    ident = NodeIdentity("worker", me - 1, 1, nodes - 1, data(me).pod_ip, data(me).host_ip,
-                         f"uid-{me}")
-    counts: list[int] = []
-    opened = [0]
+    for index in range(nodes - 1):
+        if index != me:
+            write_doc(paths.slot("a1", index), member(index, nodes=nodes), tmp_path)
+    ident = NodeIdentity("master" if me == 0 else "worker", max(me - 1, 0), 1, nodes - 1,
+                         data(me).pod_ip, data(me).host_ip, f"uid-{me}")
+    recorded: list[Poll] = []
+    current: Poll = []
     real_open = os.open
 
-    def counting_open(*args, **kwargs):
-        opened[0] += 1
-        return real_open(*args, **kwargs)
+    def recording_open(path, flags, *args, **kwargs):
+        fd = real_open(path, flags, *args, **kwargs)
+        kind = "dir" if stat.S_ISDIR(os.fstat(fd).st_mode) else "file"
+        if not flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT):
+            current.append((kind, str(path)))
+        return fd
 
     def no_listing(*args, **kwargs):
-        raise AssertionError("a follower listed a directory")
+        raise AssertionError("a waiting pod listed a directory")
 
     def sleep(_seconds: float) -> None:
-        counts.append(opened[0])
-        opened[0] = 0
-        if len(counts) == 6:
+        recorded.append(list(current))
+        current.clear()
+        if len(recorded) == polls:
             raise _Stop
 
-    monkeypatch.setattr(store.os, "open", counting_open)
+    monkeypatch.setattr(os, "open", recording_open)
     monkeypatch.setattr(os, "listdir", no_listing)
     monkeypatch.setattr(os, "scandir", no_listing)
     rdzv = Rendezvous(paths, ident, data(me), deadline=time.monotonic() + 60, timeout=60,
                       progress_interval=1e9, sleep=sleep)
     with pytest.raises(_Stop):
         rdzv.run()
-    return counts[2:]  # steady state, after publishing
+    monkeypatch.undo()
+    return recorded
 
 
-def test_poll_cost_does_not_grow_with_the_cluster(tmp_path, monkeypatch):
-    small = opens_per_poll(tmp_path / "n4", 4, monkeypatch)
-    large = opens_per_poll(tmp_path / "n64", 64, monkeypatch)
-    assert small == large, (small, large)
-    assert min(large) >= 1 and max(large) <= 3  # attempt, outcome (absent), own slot
+def assert_each_read_follows_its_dir(polls: list[Poll]) -> None:
+    for number, poll in enumerate(polls):
+        seen_dirs: set[str] = set()
+        for kind, path in poll:
+            if kind == "dir":
+                seen_dirs.add(path)
+            else:
+                assert str(Path(path).parent) in seen_dirs, (
+                    f"poll {number} read {path} before revalidating its directory: {poll}")
+
+
+def test_follower_poll_is_constant_and_revalidates_first(tmp_path, monkeypatch):
+    small = record_polls(tmp_path / "n4", 4, 3, monkeypatch)[2:]  # after publishing
+    large = record_polls(tmp_path / "n64", 64, 63, monkeypatch)[2:]
+    assert [len(p) for p in small] == [len(p) for p in large]
+    for poll in large:
+        dirs = [p for kind, p in poll if kind == "dir"]
+        files = [p for kind, p in poll if kind == "file"]
+        # one open per directory watched (run dir, attempt dir), then attempt.json and
+        # its own slot (outcome.json does not exist yet, so it is no open that succeeds)
+        assert len(dirs) == 2 and len(set(dirs)) == 2, poll
+        assert len(files) == 2, poll
+    assert_each_read_follows_its_dir(small + large)
+
+
+def test_node0_revalidates_before_reading_slots(tmp_path, monkeypatch):
+    polls = record_polls(tmp_path / "n8", 8, 0, monkeypatch)[1:]
+    assert_each_read_follows_its_dir(polls)
+    for poll in polls:
+        dirs = [p for kind, p in poll if kind == "dir"]
+        assert len(dirs) == len(set(dirs)) <= 2, poll  # once per directory per poll
+
+
+def test_missing_directory_is_revalidated_from_the_nearest_ancestor(tmp_path, monkeypatch):
+    """A directory that did not exist when a pod looked is a cached negative lookup in
+    its parent: revalidate the ancestors from the trusted root down, stopping at the
+    first one still missing."""
+    (tmp_path / "a").mkdir()
+    opened: list[str] = []
+    real_open = os.open
+
+    def recording_open(path, flags, *args, **kwargs):
+        opened.append(str(path))
+        return real_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", recording_open)
+    assert freshness.revalidate_dir(tmp_path / "a" / "b" / "c", tmp_path) is False
+    assert opened == [str(tmp_path / "a" / "b" / "c"), str(tmp_path), str(tmp_path / "a"),
+                      str(tmp_path / "a" / "b")]
+    opened.clear()
+    (tmp_path / "a" / "b" / "c").mkdir(parents=True)
+    assert freshness.revalidate_dir(tmp_path / "a" / "b" / "c", tmp_path) is True
+    assert opened == [str(tmp_path / "a" / "b" / "c")]  # known directory: one open
+
+
+def test_revalidation_never_follows_a_symlinked_directory(tmp_path):
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "run").symlink_to(tmp_path / "elsewhere")
+    assert freshness.revalidate_dir(tmp_path / "run", tmp_path) is False
+
+
+def test_freshness_opens_each_directory_once_per_poll(tmp_path, monkeypatch):
+    (tmp_path / "d").mkdir()
+    opened: list[str] = []
+    real_open = os.open
+    monkeypatch.setattr(os, "open", lambda p, f, *a, **k: opened.append(str(p)) or
+                        real_open(p, f, *a, **k))
+    fresh = freshness.Freshness(tmp_path)
+    for name in ("x.json", "y.json", "z.json"):
+        fresh.file(tmp_path / "d" / name)
+    assert opened == [str(tmp_path / "d")]
+    fresh.new_poll()
+    fresh.file(tmp_path / "d" / "x.json")
+    assert opened == [str(tmp_path / "d")] * 2
+
+
+def test_a_directory_watched_for_long_is_listed_now_and_then(tmp_path, monkeypatch):
+    """The same-tick fallback: a listing replaces negative entries an open cannot."""
+    watched = tmp_path / "attempt"
+    watched.mkdir()
+    for i in range(100):
+        (watched / f"node-{i}.json").write_text("{}")
+    now = [0.0]
+    listings: list[str] = []
+    real_scandir = os.scandir
+
+    def recording_scandir(path):
+        listings.append(str(path))
+        return real_scandir(path)
+
+    monkeypatch.setattr(os, "scandir", recording_scandir)
+    fresh = freshness.Freshness(tmp_path, clock=lambda: now[0])
+
+    def poll_at(t: float) -> None:
+        now[0] = t
+        fresh.new_poll()
+        fresh.dir(watched)
+
+    poll_at(0.0)
+    poll_at(1.9)
+    assert listings == []  # a short wait costs opens only
+    poll_at(2.0)
+    assert listings == [str(watched)]
+    # next listing no sooner than LIST_EVERY + LIST_PER_ENTRY x the 100 entries seen
+    gap = freshness.LIST_EVERY + freshness.LIST_PER_ENTRY * 100
+    poll_at(2.0 + gap - 0.01)
+    assert len(listings) == 1
+    poll_at(2.0 + gap)
+    assert len(listings) == 2

@@ -18,6 +18,7 @@ from ascend_node.doctor.local import DeviceState
 from ascend_node.doctor.report import Status
 from ascend_node.identity import NodeIdentity
 from ascend_node.netcheck import unusable_reason
+from ascend_node.rendezvous.freshness import Freshness
 from ascend_node.rendezvous.store import Invalid, Missing, RunPaths, Valid, read_doc
 
 PEER_POLL = 0.2
@@ -79,13 +80,16 @@ def collect_peer_facts(
     clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
 ) -> dict[int, PeerRead]:
     """Each peer's facts, re-reading known names (no directory listing) until all are
-    present and fresh or `wait` seconds have passed."""
+    present and fresh or `wait` seconds have passed. Each poll revalidates the facts
+    directory first, so an NFS client's cached negative lookups cannot hide a peer."""
     deadline = clock() + wait
     got: dict[int, PeerRead] = {}
     pending = [i for i in range(node_count) if i != me]
+    fresh = Freshness(paths.shared_dir)
     while True:
+        fresh.new_poll()
         for i in list(pending):
-            read = read_doc(facts_path(paths, i), DoctorFacts, paths.run_id)
+            read = read_doc(fresh.file(facts_path(paths, i)), DoctorFacts, paths.run_id)
             got[i] = read
             if isinstance(read, Valid) and read.doc.published_at >= fresh_after:
                 pending.remove(i)

@@ -8,22 +8,26 @@ Layout (ours to choose, DESIGN "Files"):
     <shared>/.ascend-node/<run>/attempts/<id>/outcome.json    table or abort (node 0 only)
     <shared>/.ascend-node/<run>/attempts/<id>/progress.json   who is missing (node 0 only)
 
-Every name is known in advance, so nobody needs a directory listing: network
-filesystems cache listings for tens of seconds, but re-open known names promptly.
+Every name is known in advance, so nobody needs a directory listing (network
+filesystems cache listings for tens of seconds). A name is not enough on NFS, whose
+client also caches *negative* lookups for 30-60 s at default mounts: waiting readers
+revalidate the directory first (`rendezvous/freshness.py`).
 Reads never follow a symlink (`O_NOFOLLOW`) and accept only regular files; writes are
 temp file + fsync + rename in the same directory (`ascend_node.atomic`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import functools
 import json
 import os
 import stat
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Generic, Optional, TypeVar, Union
+from typing import Any, Generic, Literal, Optional, TypeVar, Union
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
@@ -273,11 +277,55 @@ def volume_error(exc: OSError, path: Path, action: str) -> SharedVolumeError:
 def write_doc(path: Path, doc: BaseModel, trusted_root: Path, mode: int = 0o644) -> None:
     """Atomically publish one document (the caller is its only writer)."""
     ensure_dir(path.parent, trusted_root)
-    data = (json.dumps(doc.model_dump(mode="json"), separators=(",", ":")) + "\n").encode()
     try:
-        atomic_write_bytes(path, data, mode=mode)
+        atomic_write_bytes(path, _encode(doc), mode=mode)
     except OSError as exc:
         raise volume_error(exc, path, "write") from exc
+
+
+Created = Literal["created", "exists", "unsupported"]
+
+# What a filesystem without hard links answers to link(): the caller cannot create
+# exclusively there and must assume the worst (someone else may be in the slot).
+_NO_LINKS = {errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.ENOSYS}
+
+
+def create_doc(path: Path, doc: BaseModel, trusted_root: Path, mode: int = 0o644) -> Created:
+    """Publish `doc` only if nothing is at `path` yet, atomically (a complete file is
+    hard-linked to the name): "created", "exists" (nothing written), or "unsupported"
+    when the filesystem has no hard links (nothing written)."""
+    ensure_dir(path.parent, trusted_root)
+    try:
+        atomic_write_bytes(path, _encode(doc), mode=mode, exclusive=True)
+    except FileExistsError:
+        return "exists"
+    except OSError as exc:
+        if exc.errno in _NO_LINKS:
+            return "unsupported"
+        raise volume_error(exc, path, "write") from exc
+    return "created"
+
+
+def _encode(doc: BaseModel) -> bytes:
+    return (json.dumps(doc.model_dump(mode="json"), separators=(",", ":")) + "\n").encode()
+
+
+def volume_clock_ns(directory: Path) -> Optional[int]:
+    """The shared volume's own clock, read as the mtime of a probe file created in
+    `directory` and removed at once (None when that cannot be done). Pods on different
+    hosts compare times on the volume by this clock, never by their own."""
+    try:
+        fd, name = tempfile.mkstemp(prefix=".clock-", dir=directory)
+    except OSError:
+        return None
+    try:
+        return os.fstat(fd).st_mtime_ns
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(name)
 
 
 def file_mtime_ns(path: Path) -> Optional[int]:

@@ -1,0 +1,195 @@
+"""Checks of the shared volume itself: what it is, how it is mounted, how fast it shows a file.
+
+The rendezvous is fast on a network filesystem only because every wait opens the
+directory it watches before looking for a file in it: on NFS that open revalidates the
+directory (close-to-open) and drops the cached negative lookups that would otherwise
+hide a peer's file for 30-60 s (`rendezvous/freshness.py`, `shared/reference/nfs.md`).
+A mount option that switches close-to-open off (`nocto`) defeats that, and a shared
+directory on the container's own overlay is not shared at all; doctor says so before a
+job waits on it. The mount table comes from `/proc/self/mountinfo` (proc(5)).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import secrets
+import shutil
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Optional
+
+from ascend_node.doctor.report import CheckResult, Finding, ok, verdict
+from ascend_node.rendezvous.freshness import revalidate_dir
+
+NFS_TYPES = frozenset({"nfs", "nfs4"})
+_OCTAL = re.compile(r"\\([0-7]{3})")
+
+PROBE_SLOW = 1.0
+"""Seconds: a create-and-see round trip slower than this makes every rendezvous step slow."""
+
+
+@dataclass(frozen=True)
+class Mount:
+    mount_point: str
+    fs_type: str
+    source: str
+    options: Mapping[str, Optional[str]] = field(default_factory=dict)
+
+    def describe(self) -> str:
+        shown = ",".join(k if v is None else f"{k}={v}" for k, v in self.options.items())
+        return f"{self.fs_type} {self.source} on {self.mount_point} ({shown})"
+
+
+def _unescape(text: str) -> str:
+    return _OCTAL.sub(lambda m: chr(int(m.group(1), 8)), text)
+
+
+def _options(*groups: str) -> dict[str, Optional[str]]:
+    out: dict[str, Optional[str]] = {}
+    for group in groups:
+        for item in group.split(","):
+            if item:
+                key, sep, value = item.partition("=")
+                out[key] = value if sep else None
+    return out
+
+
+def parse_mountinfo(text: str) -> list[Mount]:
+    """Every well-formed line of /proc/<pid>/mountinfo, in order (later mounts shadow
+    earlier ones on the same point). Per-mount and superblock options are merged:
+    NFS reports `vers`, `lookupcache`, `ac*` and `nocto` among the superblock ones."""
+    mounts = []
+    for line in text.splitlines():
+        left, sep, right = line.partition(" - ")
+        fields, tail = left.split(), right.split()
+        if not sep or len(fields) < 6 or len(tail) < 2:
+            continue
+        super_options = tail[2] if len(tail) > 2 else ""
+        mounts.append(Mount(_unescape(fields[4]), tail[0], _unescape(tail[1]),
+                            _options(fields[5], super_options)))
+    return mounts
+
+
+def mount_of(path: str, mounts: Sequence[Mount]) -> Optional[Mount]:
+    """The mount that holds `path` (already resolved): the longest mount point that
+    is a path prefix of it, the last one listed winning on ties."""
+    best: Optional[Mount] = None
+    for mount in mounts:
+        point = mount.mount_point.rstrip("/") or "/"
+        inside = path == point or path.startswith(point + "/") or point == "/"
+        if inside and (best is None or len(point) >= len(best.mount_point.rstrip("/") or "/")):
+            best = mount
+    return best
+
+
+def judge_mount(mount: Mount) -> list[Finding]:
+    """What the mount means for the rendezvous (pure; table-tested)."""
+    opts = mount.options
+    if mount.fs_type in NFS_TYPES:
+        if "nocto" in opts:
+            return [Finding(
+                "warn",
+                f"{mount.mount_point} is NFS mounted `nocto`: opening a directory no longer "
+                "makes the client revalidate it, so a pod may not see a peer's file for up to "
+                f"acdirmax ({opts.get('acdirmax') or '60'} s) at every rendezvous step",
+                "remount the shared volume without `nocto` (PV `mountOptions`), or add "
+                "`lookupcache=positive`",
+            )]
+        return []
+    if mount.fs_type == "overlay":
+        return [Finding(
+            "warn",
+            f"{mount.mount_point} is the container's own overlay filesystem: pods on other "
+            "hosts cannot see files written there",
+            "mount the job's shared PVC (the model volume) and point --shared-dir at it",
+        )]
+    return []
+
+
+def _note(mount: Mount) -> str:
+    opts = mount.options
+    if mount.fs_type in NFS_TYPES:
+        cache = opts.get("lookupcache") or "all"
+        return (f"NFS v{opts.get('vers', '?')} {mount.source} on {mount.mount_point}, "
+                f"lookupcache={cache}, acdirmin={opts.get('acdirmin', '30')}: the rendezvous "
+                "revalidates each directory before polling it")
+    return f"{mount.fs_type} {mount.source} on {mount.mount_point}"
+
+
+def check_volume_mount(shared_dir: Optional[Path], mountinfo: str) -> CheckResult:
+    if shared_dir is None:
+        return ok("volume.mount", "no shared directory configured (--shared-dir)")
+    real = os.path.realpath(shared_dir)
+    mount = mount_of(real, parse_mountinfo(mountinfo))
+    if mount is None:
+        return CheckResult("volume.mount", "warn",
+                           f"no mount in the mount table holds {real}",
+                           "check that /proc is mounted in the container")
+    return verdict("volume.mount", judge_mount(mount), _note(mount))
+
+
+@dataclass(frozen=True)
+class Probe:
+    seconds: Optional[float]
+    error: str = ""
+
+
+def probe_round_trip(
+    shared_dir: Path, timeout: float = 5.0, clock: Callable[[], float] = time.monotonic,
+) -> Probe:
+    """Create a file in a private subdirectory and time until a fresh open of it by name
+    succeeds, the way a rendezvous wait looks for a peer's file; then remove both."""
+    base = shared_dir / ".ascend-node"
+    probe_dir = base / f"probe-{os.getpid()}-{secrets.token_hex(4)}"
+    made_base = False
+    try:
+        if not base.is_dir():
+            base.mkdir(mode=0o755)
+            made_base = True
+        probe_dir.mkdir(mode=0o700)
+    except OSError as exc:
+        return Probe(None, f"cannot create {probe_dir}: {exc.strerror or exc}")
+    target = probe_dir / "probe.json"
+    try:
+        started = clock()
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            os.write(fd, b"{}\n")
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        while True:
+            revalidate_dir(probe_dir, shared_dir)
+            with contextlib.suppress(FileNotFoundError):
+                os.close(os.open(target, os.O_RDONLY))
+                return Probe(clock() - started)
+            if clock() - started >= timeout:
+                return Probe(None, f"{target} was not visible after {timeout:g} s")
+            time.sleep(0.01)
+    except OSError as exc:
+        return Probe(None, f"cannot write {target}: {exc.strerror or exc}")
+    finally:
+        shutil.rmtree(probe_dir, ignore_errors=True)
+        if made_base:
+            with contextlib.suppress(OSError):
+                base.rmdir()  # leave the volume as doctor found it
+
+
+def check_volume_probe(shared_dir: Optional[Path], probe: Optional[Probe]) -> CheckResult:
+    if shared_dir is None or probe is None:
+        return ok("volume.probe", "no shared directory configured (--shared-dir)")
+    if probe.seconds is None:
+        return CheckResult("volume.probe", "fail", probe.error,
+                           "the rendezvous writes there: mount the shared volume read-write "
+                           "and check its free space and permissions")
+    ms = probe.seconds * 1000
+    if probe.seconds > PROBE_SLOW:
+        return CheckResult("volume.probe", "warn",
+                           f"creating a file and seeing it took {ms:.0f} ms on {shared_dir}",
+                           "every rendezvous step costs at least this much; check the "
+                           "filesystem server's load and the network to it")
+    return ok("volume.probe", f"create-and-see round trip {ms:.1f} ms on {shared_dir}")

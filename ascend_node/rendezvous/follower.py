@@ -1,0 +1,206 @@
+"""Every node but global node 0: publish into the current attempt, wait for its verdict.
+
+Cost per poll: one directory open for the run directory (attempt.json) and one for the
+attempt directory (outcome, own slot), then those three known files; nothing grows
+with the cluster and nobody lists a directory (tests/test_poll_cost.py).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Optional
+
+from ascend_node.errors import ClusterInconsistent, PeerTimeout
+from ascend_node.rendezvous import decide
+from ascend_node.rendezvous.models import AttemptDoc, ConflictDoc, OutcomeDoc, ProgressDoc
+from ascend_node.rendezvous.participant import Participant, names_of, restart_hint
+from ascend_node.rendezvous.store import (
+    Valid,
+    check_real_dirs,
+    check_writable,
+    read_doc,
+    volume_clock_ns,
+    write_doc,
+)
+
+log = logging.getLogger("ascend_node.rendezvous")
+
+
+class Follower(Participant):
+    def run(self) -> OutcomeDoc:
+        published_in: Optional[str] = None
+        outdated_checked: dict[str, list[int]] = {}
+        abort_checked: set[str] = set()
+        checked_dirs: set[str] = set()
+        writable_checked = False
+        last_log = -1e9
+        action: decide.FollowerAction = decide.WaitAttempt("not started")
+        while True:
+            attempt = self._read_attempt()
+            if attempt is not None and attempt.attempt_id not in checked_dirs:
+                check_real_dirs(self.paths.shared_dir,
+                                self.paths.attempt_dir(attempt.attempt_id))
+                checked_dirs.add(attempt.attempt_id)
+            outcome = self._read_outcome(attempt.attempt_id) if attempt else None
+            slot = self._slot_state(attempt.attempt_id, self.index) if attempt else None
+            if isinstance(slot, str):
+                self._warn_once(f"{self.paths.slot(attempt.attempt_id, self.index)}: {slot}"
+                                if attempt else slot)
+            action = decide.follower_step(attempt, outcome, slot, self.me, published_in)
+            if attempt is None and not writable_checked:
+                # Nobody can ever open an attempt on a read-only volume: say so now, not
+                # at the timeout. (A completed run is only read: restarts still work.)
+                check_writable(self.paths.shared_dir)
+                writable_checked = True
+            if isinstance(action, decide.Done) and attempt is not None:
+                if attempt.attempt_id not in outdated_checked:
+                    # Once per attempt (O(N), not per poll): has a peer been re-created
+                    # with new data? Then this table is about to be replaced.
+                    outdated_checked[attempt.attempt_id] = self._outdated_slots(
+                        attempt.attempt_id, action.outcome)
+                outdated = outdated_checked[attempt.attempt_id]
+                if not outdated:
+                    return self._accept(action.outcome)
+                action = decide.WaitAttempt(
+                    f"attempt {attempt.attempt_id}'s table no longer matches "
+                    f"{names_of(outdated, self.identity.master_count)} (re-created with new "
+                    "data); waiting for node 0 to open a new attempt",
+                    "stale-table",
+                )
+            if isinstance(action, decide.Fail):
+                raise ClusterInconsistent(action.reason, restart_hint(self.paths))
+            if isinstance(action, decide.Conflict):
+                self._declare_conflict(action)
+            if isinstance(action, decide.Publish):
+                self._publish(action.attempt_id, slot)
+                published_in = action.attempt_id
+                continue
+            if (
+                isinstance(action, decide.WaitAttempt)
+                and action.kind == "stale-abort"
+                and attempt is not None
+                and attempt.attempt_id not in abort_checked
+            ):
+                abort_checked.add(attempt.attempt_id)
+                self._fail_if_aborted_after_start(attempt.attempt_id, action)
+            if (
+                isinstance(action, decide.WaitAttempt)
+                and action.kind == "stale-table"
+                and attempt is not None
+                and published_in != attempt.attempt_id
+                and attempt.attempt_id not in outdated_checked
+            ):
+                # Leave our new data where node 0 will see it when it next starts.
+                self._publish(attempt.attempt_id, slot)
+                published_in = attempt.attempt_id
+            now = self.clock()
+            if now - last_log >= self.progress_interval:
+                last_log = now
+                log.info("%s", self._waiting_line(action, attempt))
+            if self._timed_out():
+                raise self._timeout(action, attempt)
+            self._nap()
+
+    def _fail_if_aborted_after_start(self, attempt_id: str, action: decide.WaitAttempt) -> None:
+        """An abort this pod took no part in is history (a previous start of the job)
+        unless it happened while this agent was already running: then it is this
+        start's verdict, which the pod missed only because it arrived late (a slow
+        discovery on an overloaded node), and waiting for a new attempt would last until
+        the timeout. Both times are taken by the shared volume's clock: the outcome's
+        mtime, and the mtime of a probe file this pod creates now, shifted back by how
+        long ago the agent started. (The job version, when known, decides in `decide` already.)
+        """
+        outcome = self._read_outcome_valid(attempt_id)
+        if outcome is None:
+            return
+        since_start = self.clock() - self.started
+        volume_now = volume_clock_ns(self.paths.root)
+        if volume_now is None:
+            return
+        # The probe's mtime is the volume's "now" at or after this line, so the start
+        # estimate errs late: an abort is blamed on this start only when certain.
+        started_ns = volume_now - int(since_start * 1e9)
+        aborted_ns = outcome.stamp[2]
+        if aborted_ns > started_ns:
+            raise ClusterInconsistent(
+                f"{action.reason} ({(aborted_ns - started_ns) / 1e9:.1f} s after this pod "
+                "started, before it could join: this start of the job failed)",
+                restart_hint(self.paths),
+            )
+
+    def _declare_conflict(self, action: decide.Conflict) -> None:
+        doc = ConflictDoc(
+            run_id=self.paths.run_id,
+            attempt_id=action.attempt_id,
+            global_index=self.index,
+            incarnations=tuple(sorted({self.identity.incarnation, action.other})),
+        )
+        write_doc(self.paths.slot(action.attempt_id, self.index), doc, self.paths.shared_dir)
+        raise ClusterInconsistent(
+            f"two live pods claim {self.name(self.index)}: this pod "
+            f"({self.identity.incarnation}) and {action.other}",
+            "two pods got the same ROLE/VC_TASK_INDEX; check the job's tasks and the env plugin",
+        )
+
+    def _waiting_line(self, action: decide.FollowerAction, attempt: Optional[AttemptDoc]) -> str:
+        """What *this* pod waits for. Node 0's progress document can lag behind (it
+        lists this pod as missing until node 0's next poll), so this pod leaves itself
+        out of node 0's list and says plainly when only the verdict is outstanding."""
+        if isinstance(action, decide.WaitAttempt):
+            return f"waiting: {action.reason}"
+        if attempt is None:
+            return f"waiting for {self.name(0)} to open the rendezvous"
+        aid = attempt.attempt_id
+        got = read_doc(self.fresh.file(self.paths.progress(aid)), ProgressDoc,
+                       self.paths.run_id)
+        others = ([i for i in got.doc.missing if i != self.index]
+                  if isinstance(got, Valid) and got.doc.attempt_id == aid else [])
+        if others:
+            return (f"published into attempt {aid}; node 0 still waits for "
+                    f"{len(others)} other node(s): "
+                    f"{names_of(others, self.identity.master_count, limit=8)}")
+        return f"published into attempt {aid}; waiting for {self.name(0)} to build the table"
+
+    def _timeout(self, action: decide.FollowerAction, attempt: Optional[AttemptDoc]) -> Exception:
+        waited = f"{self.timeout:g} s"
+        node0 = self.name(0)
+        if attempt is None:
+            return PeerTimeout(
+                f"timed out after {waited}: {node0} never opened the rendezvous "
+                f"(no {self.paths.attempt_file}); missing: {node0}",
+                f"check that {node0} is running and mounts the same shared volume; "
+                "exit 4 is retryable",
+            )
+        if isinstance(action, decide.WaitAttempt) and action.kind == "stale-table":
+            return PeerTimeout(
+                f"timed out after {waited}: {action.reason}, and no new attempt opened",
+                "the job must be restarted (all pods) to build a new rank table",
+            )
+        if isinstance(action, decide.WaitAttempt) and action.kind == "stale-version":
+            return PeerTimeout(
+                f"timed out after {waited}: {action.reason}, and it never came; missing: "
+                f"{node0}",
+                f"check that {node0} of this start of the job is running and mounts "
+                "the same shared volume; exit 4 is retryable",
+            )
+        if isinstance(action, decide.WaitAttempt) and action.kind == "stale-abort":
+            return ClusterInconsistent(
+                f"{action.reason}; no new attempt opened within {waited}",
+                restart_hint(self.paths),
+            )
+        missing = self._missing_now(attempt.attempt_id)
+        if not missing:
+            return PeerTimeout(
+                f"timed out after {waited} waiting for {node0} to build the table of "
+                f"attempt {attempt.attempt_id}: all {self.identity.node_count} nodes had "
+                f"published; missing: the verdict of {node0}",
+                f"check {node0}'s log (it assembles the table) and that it mounts the same "
+                "shared volume; exit 4 is retryable",
+            )
+        return PeerTimeout(
+            f"timed out after {waited} waiting for peers: {len(missing)} of "
+            f"{self.identity.node_count} missing: "
+            f"{names_of(missing, self.identity.master_count)}",
+            "check that those pods are running and mount the same shared volume; "
+            "exit 4 is retryable",
+        )

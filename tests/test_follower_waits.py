@@ -1,0 +1,109 @@
+"""A follower's waits say what *it* waits for, and a late pod hears its own start's verdict.
+
+In-process runs of one follower against documents written by the test (the peers), with
+an injected clock, so every message is checked without waiting for real timeouts.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from ascend_node.errors import ClusterInconsistent, PeerTimeout
+from ascend_node.identity import NodeIdentity
+from ascend_node.rendezvous.models import ProgressDoc
+from ascend_node.rendezvous.protocol import Rendezvous
+from ascend_node.rendezvous.store import RunPaths, write_doc
+from tests.rdzv_docs import RUN, abort_outcome, attempt, data, member
+
+NODES = 4
+
+
+def follower(tmp_path: Path, index: int = 2, timeout: float = 30.0, polls_until_timeout: int = 5,
+             ) -> Rendezvous:
+    """Node `index`; its clock runs out after `polls_until_timeout` naps."""
+    naps = [0]
+    start = 1000.0
+
+    def clock() -> float:
+        return start + (timeout if naps[0] >= polls_until_timeout else naps[0] * 0.01)
+
+    def sleep(_s: float) -> None:
+        naps[0] += 1
+
+    ident = NodeIdentity("worker", index - 1, 1, NODES - 1, data(index).pod_ip,
+                         data(index).host_ip, f"uid-{index}")
+    return Rendezvous(RunPaths(tmp_path, RUN), ident, data(index), deadline=start + timeout,
+                      timeout=timeout, progress_interval=0.0, clock=clock, sleep=sleep)
+
+
+def test_timeout_with_everyone_published_names_node0s_verdict(tmp_path, caplog):
+    paths = RunPaths(tmp_path, RUN)
+    write_doc(paths.attempt_file, attempt(nodes=NODES), tmp_path)
+    for i in range(NODES):
+        if i != 2:
+            write_doc(paths.slot("a1", i), member(i, nodes=NODES), tmp_path)
+    # node 0's progress document is stale: it still lists this pod as missing
+    write_doc(paths.progress("a1"), ProgressDoc(run_id=RUN, attempt_id="a1", node_count=NODES,
+                                                present=(0, 1, 3), missing=(2,)), tmp_path)
+    caplog.set_level("INFO", logger="ascend_node.rendezvous")
+    with pytest.raises(PeerTimeout) as err:
+        follower(tmp_path).run()
+    text = str(err.value)
+    assert "missing: the verdict of master 0 (node 0)" in text
+    assert "all 4 nodes had published" in text
+    assert "0 of 4" not in text
+    waiting = [r.getMessage() for r in caplog.records if "waiting for" in r.getMessage()]
+    assert waiting and all("worker 1 (node 2)" not in line for line in waiting), waiting
+    assert "waiting for master 0 (node 0) to build the table" in waiting[-1]
+
+
+def test_progress_line_leaves_this_pod_out_of_node0s_list(tmp_path, caplog):
+    paths = RunPaths(tmp_path, RUN)
+    write_doc(paths.attempt_file, attempt(nodes=NODES), tmp_path)
+    write_doc(paths.progress("a1"), ProgressDoc(run_id=RUN, attempt_id="a1", node_count=NODES,
+                                                present=(0,), missing=(1, 2, 3)), tmp_path)
+    caplog.set_level("INFO", logger="ascend_node.rendezvous")
+    with pytest.raises(PeerTimeout) as err:
+        follower(tmp_path).run()
+    lines = [r.getMessage() for r in caplog.records if "node 0 still waits" in r.getMessage()]
+    assert lines and "worker 0 (node 1), worker 2 (node 3)" in lines[-1]
+    assert "worker 1 (node 2)" not in lines[-1]
+    # node 0 itself never published in this test: it is named with the others
+    want = "3 of 4 missing: master 0 (node 0), worker 0 (node 1), worker 2 (node 3)"
+    assert want in str(err.value)
+
+
+def _aborted_attempt(tmp_path: Path) -> Path:
+    paths = RunPaths(tmp_path, RUN)
+    write_doc(paths.attempt_file, attempt(nodes=NODES), tmp_path)
+    write_doc(paths.outcome("a1"), abort_outcome("device IP 10.0.0.1 is used on node 1 and 3",
+                                                 participants=("uid-0", "uid-1", "uid-3")),
+              tmp_path)
+    return paths.outcome("a1")
+
+
+def test_a_pod_arriving_after_its_own_starts_abort_exits_5_at_once(tmp_path):
+    """Seen at N = 128: discovery outlasted the abort grace; the pod must not wait 15 min."""
+    pod = Rendezvous(RunPaths(tmp_path, RUN), follower(tmp_path).identity, data(2),
+                     deadline=time.monotonic() + 30, timeout=30, sleep=lambda s: None)
+    time.sleep(0.05)  # the agent started before node 0 wrote the abort
+    _aborted_attempt(tmp_path)
+    started = time.monotonic()
+    with pytest.raises(ClusterInconsistent) as err:
+        pod.run()
+    assert time.monotonic() - started < 5
+    assert "device IP 10.0.0.1" in str(err.value) and "after this pod started" in str(err.value)
+    assert not list((tmp_path / ".ascend-node" / RUN).glob(".clock-*")), "probe left behind"
+
+
+def test_an_abort_from_before_this_pod_started_is_history(tmp_path):
+    outcome = _aborted_attempt(tmp_path)
+    hour_ago = time.time() - 3600
+    os.utime(outcome, (hour_ago, hour_ago))
+    with pytest.raises(ClusterInconsistent) as err:  # stale-abort at the timeout, not at once
+        follower(tmp_path, polls_until_timeout=3).run()
+    assert "no new attempt opened within 30 s" in str(err.value)
