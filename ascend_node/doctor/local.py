@@ -60,9 +60,10 @@ def printed(res: ToolResult) -> str:
 def query_device_states(
     ids: Sequence[int], hccn_tool: str, tool_timeout: float, conf: Mapping[int, Mapping[str, str]],
     runner: Callable[..., ToolResult] = run_tool, max_workers: int = 16,
+    probes: Sequence[str] = ("ip", "link", "net_health", "tls"),
 ) -> list[DeviceState]:
-    """Every probe of every device, concurrently, each call with its own timeout."""
-    probes = ("ip", "link", "net_health", "tls")
+    """Every probe of every device, concurrently, each call with its own timeout.
+    (The pre-flight asks all but `ip`, which discovery already has.)"""
 
     def one(job: tuple[int, str]) -> tuple[int, str, Union[ToolResult, ToolError]]:
         dev_id, what = job

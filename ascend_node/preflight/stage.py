@@ -1,0 +1,103 @@
+"""The pre-flight's two stages as the chain calls them, and `<state-dir>/preflight.json`.
+
+`bootstrap.ranktable` gathers this node's device health before the rendezvous
+(`health_for_rendezvous`) and records node 0's warnings after it (`record_cluster`);
+`boot` runs the reachability stage right after the table, before anything slow
+(wheel install, set_env), so all nodes ping at about the same time
+(`check_reachability`). Each stage writes what it found to `preflight.json`, which
+`status --json` shows.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Optional
+
+from ascend_node.atomic import atomic_write_bytes
+from ascend_node.errors import ClusterInconsistent
+from ascend_node.identity import NodeIdentity
+from ascend_node.preflight.gather import gather_health
+from ascend_node.preflight.models import NodeHealth
+from ascend_node.preflight.reach import Reachability, result_json
+from ascend_node.preflight.sample import describe_unreachable
+from ascend_node.rendezvous.store import RunPaths
+
+log = logging.getLogger("ascend_node.preflight")
+
+PREFLIGHT_JSON = "preflight.json"
+
+
+def health_for_rendezvous(policy: str, ids: Sequence[int], ips: Sequence[str],
+                          hccn_tool: str, tool_timeout: float) -> Optional[NodeHealth]:
+    """This node's device health to publish, or None when the pre-flight is off."""
+    if policy == "off":
+        return None
+    started = time.monotonic()
+    health = gather_health(ids, ips, hccn_tool, tool_timeout)
+    log.debug("pre-flight: link/net health/TLS of %d devices in %.3f s", len(ids),
+              time.monotonic() - started)
+    return health
+
+
+def record_cluster(state_dir: Path, policy: str, warnings: Sequence[str]) -> dict[str, Any]:
+    """Log node 0's pre-flight warnings (every node does, so each pod's log has them)."""
+    for w in warnings:
+        log.warning("pre-flight: %s", w)
+    doc: dict[str, Any] = {"schema_version": 1, "policy": policy,
+                           "cluster": {"checked": policy != "off", "warnings": list(warnings)},
+                           "reach": None, "updated_at": time.time()}
+    write_preflight(state_dir, doc)
+    return doc
+
+
+def check_reachability(
+    state_dir: Path, policy: str, cluster: dict[str, Any], paths: RunPaths, attempt_id: str,
+    identity: NodeIdentity, table: dict[str, Any], hccn_tool: str, ping_timeout: float,
+    started: float, poll: float,
+) -> None:
+    """Ping, gather, judge; ClusterInconsistent (exit 5) under `strict` when any sampled
+    pair in the cluster is unreachable, a logged warning under `warn`."""
+    if policy == "off" or identity.node_count < 2:
+        return
+    result = Reachability(paths, attempt_id, identity, table, hccn_tool, ping_timeout,
+                          started, poll=min(poll, 0.1)).run()
+    doc = {**cluster, "reach": result_json(result, identity.master_count),
+           "updated_at": time.time()}
+    write_preflight(state_dir, doc)
+    for w in result.warnings:
+        log.warning("pre-flight: %s", w)
+    if result.unreachable:
+        text = describe_unreachable(result.unreachable, identity.master_count)
+        if policy == "strict":
+            raise ClusterInconsistent(
+                f"pre-flight: {text}",
+                "check the RoCE path of each pair (both links UP: `hccn_tool -i <dev> -link "
+                "-g`; same subnet or a gateway; switch ports and VLANs), then restart the "
+                "job; or run with --preflight warn (ASCEND_NODE_PREFLIGHT=warn) to start "
+                "anyway; exit 5 is not retryable")
+        log.warning("pre-flight: %s (going on: --preflight warn)", text)
+        return
+    log.info("pre-flight: %d sampled device pair(s) in the cluster answer (%.2f s)",
+             result.cluster_pings, result.seconds)
+
+
+def write_preflight(state_dir: Path, doc: dict[str, Any]) -> None:
+    """Best effort: the verdict is in the exit code and the log whatever happens here."""
+    try:
+        state_dir.mkdir(mode=0o750, parents=True, exist_ok=True)
+        atomic_write_bytes(state_dir / PREFLIGHT_JSON,
+                           (json.dumps(doc, indent=2) + "\n").encode(), mode=0o644)
+    except OSError as exc:
+        log.warning("cannot write %s: %s", state_dir / PREFLIGHT_JSON, exc.strerror or exc)
+
+
+def read_preflight(state_dir: Path) -> Optional[dict[str, Any]]:
+    try:
+        doc = json.loads((state_dir / PREFLIGHT_JSON).read_text())
+    except (OSError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) else None
