@@ -88,10 +88,10 @@ class Assembler(Participant):
                      for i in range(self.identity.node_count)}
             verdict = decide.evaluate(slots, self.identity.node_count,
                                       self.identity.master_count, self.allow_uneven_devices,
-                                      self.identity.job_version)
+                                      self.identity.job_version, self.preflight)
             if isinstance(verdict, decide.Complete):
                 if settled == verdict.members:
-                    return self._complete(attempt_id, verdict.members)
+                    return self._complete(attempt_id, verdict.members, verdict.warnings)
                 # Everyone is present: read every slot afresh after a short settle, so a
                 # pod whose slot a twin just overwrote can still say so. Afresh, because
                 # some filesystems (sshfs) keep the inode on replace and stamp mtimes to
@@ -229,7 +229,8 @@ class Assembler(Participant):
         ), self.paths.shared_dir)
         raise ClusterInconsistent(verdict.reason, restart_hint(self.paths))
 
-    def _complete(self, attempt_id: str, members: Sequence[MemberDoc]) -> OutcomeDoc:
+    def _complete(self, attempt_id: str, members: Sequence[MemberDoc],
+                  warnings: Sequence[str] = ()) -> OutcomeDoc:
         table = build_rank_table([to_server(m.data) for m in members])
         text = render_rank_table(table)
         outcome = OutcomeDoc(
@@ -239,6 +240,7 @@ class Assembler(Participant):
                           for m in members),
             ranktable_text=text,
             ranktable_sha256=hashlib.sha256(text.encode()).hexdigest(),
+            warnings=tuple(w[:2000] for w in warnings[:64]),
         )
         write_doc(self.paths.outcome(attempt_id), outcome, self.paths.shared_dir)
         self._publish_shared_table(outcome)
