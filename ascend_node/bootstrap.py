@@ -20,6 +20,7 @@ from ascend_node.errors import AscendNodeError, ConfigError
 from ascend_node.hostinfo import default_route_ip, sandbox_facts
 from ascend_node.identity import NodeIdentity, fallback_incarnation, read_identity
 from ascend_node.outputs import StatusDoc, write_status, write_table_outputs
+from ascend_node.preflight.stage import health_for_rendezvous, record_cluster
 from ascend_node.rendezvous.models import DeviceRecord, MemberData
 from ascend_node.rendezvous.protocol import Rendezvous, node0_failure, publish_failure
 from ascend_node.rendezvous.store import RunPaths
@@ -46,6 +47,9 @@ class TableResult:
     env: dict[str, str]
     shared_table: Path
     seconds: float
+    started: float = 0.0  # the agent's start (time.monotonic)
+    preflight: str = "off"  # the policy in force
+    preflight_doc: Optional[dict[str, Any]] = None  # what the rendezvous stage found
 
 
 def identify(environ: Mapping[str, str]) -> NodeIdentity:
@@ -108,8 +112,12 @@ def require_rendezvous_settings(settings: Settings) -> tuple[Path, str]:
 
 def ranktable(
     settings: Settings, environ: Mapping[str, str], started: float, command: str = "ranktable",
+    preflight: str = "off",
 ) -> TableResult:
-    """Steps 1-5: discover, meet the peers, write the table and the env files."""
+    """Steps 1-5: discover, meet the peers, write the table and the env files.
+
+    `preflight` (strict|warn|off, `preflight.policy`): publish this node's device health
+    with its data, for node 0 to judge with the membership."""
     deadline = started + settings.timeout
     shared_dir, run_id = require_rendezvous_settings(settings)
     paths = RunPaths(shared_dir, run_id)
@@ -120,6 +128,9 @@ def ranktable(
         identity = identify(environ)
         logs.set_node(identity.global_index, identity.pod_ip)
         found = discover(settings, environ, identity)
+        health = health_for_rendezvous(
+            preflight, [d.device_id for d in found.devices], [d.ip for d in found.devices],
+            found.hccn_tool, settings.tool_timeout)
     except AscendNodeError as exc:
         if identity is not None:
             _publish_local_failure(paths, identity, exc, deadline)
@@ -138,8 +149,11 @@ def ranktable(
         poll_interval=settings.poll_interval,
         progress_interval=settings.progress_interval,
         allow_uneven_devices=settings.allow_uneven_devices,
+        health=health,
+        preflight=preflight,
     )
     outcome = rdzv.run()
+    cluster = record_cluster(settings.state_dir, preflight, outcome.warnings)
     table = json.loads(outcome.ranktable_text)
     env = write_table_outputs(
         settings.state_dir, outcome.ranktable_text, table, identity.pod_ip,
@@ -149,7 +163,7 @@ def ranktable(
     log.info("rank table ready (attempt %s, %d servers, world size %s) in %.2f s",
              outcome.attempt_id, len(table["server_list"]), env["WORLD_SIZE"], seconds)
     return TableResult(found, run_id, outcome.attempt_id, table, outcome.ranktable_text, env,
-                       paths.shared_table, seconds)
+                       paths.shared_table, seconds, started, preflight, cluster)
 
 
 def _publish_local_failure(

@@ -12,12 +12,13 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from ascend_node.errors import ConfigError
 from ascend_node.identity import check_run_id, run_id_from_volcano_hosts
+from ascend_node.preflight.policy import parse_policy
 
 
 class Settings(BaseModel):
@@ -41,6 +42,9 @@ class Settings(BaseModel):
     poll_interval: float = Field(0.2, gt=0, le=30)
     progress_interval: float = Field(10.0, gt=0)
     master_port: Optional[int] = Field(None, ge=1, le=65535)
+    # None: strict, or warn for `boot` into a training launcher (preflight.policy)
+    preflight: Optional[Literal["strict", "warn", "off"]] = None
+    preflight_ping_timeout: float = Field(5.0, gt=0, le=120)
     sources: dict[str, str] = Field(default_factory=dict)
 
     @field_validator("file_owner", mode="before")
@@ -95,6 +99,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("poll_interval", None, "ASCEND_NODE_POLL_INTERVAL", (), float),
     Option("progress_interval", None, "ASCEND_NODE_PROGRESS_INTERVAL", (), float),
     Option("master_port", "--master-port", "ASCEND_NODE_MASTER_PORT", ("MASTER_PORT",), int),
+    Option("preflight", "--preflight", "ASCEND_NODE_PREFLIGHT", (), parse_policy),
+    Option("preflight_ping_timeout", None, "ASCEND_NODE_PREFLIGHT_PING_TIMEOUT", (), float),
 )
 
 

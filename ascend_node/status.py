@@ -15,6 +15,7 @@ from typing import Any, Optional
 import psutil
 
 from ascend_node.outputs import StatusDoc, read_status
+from ascend_node.preflight.stage import read_preflight
 
 EXIT_DONE, EXIT_FAILED, EXIT_IN_PROGRESS = 0, 1, 3
 
@@ -25,6 +26,7 @@ class StatusView:
     exit_code: int
     detail: str
     doc: Optional[StatusDoc]
+    preflight: Optional[dict[str, Any]] = None  # <state-dir>/preflight.json, when written
 
     def line(self) -> str:
         return f"{self.state}: {self.detail}" if self.detail else self.state
@@ -34,6 +36,8 @@ class StatusView:
                                "detail": self.detail}
         if self.doc is not None:
             out["status"] = self.doc.model_dump(mode="json")
+        if self.preflight is not None:
+            out["preflight"] = self.preflight
         return out
 
 
@@ -46,6 +50,14 @@ def _alive(pid: int) -> bool:
 
 
 def current_status(state_dir: Path) -> StatusView:
+    view = _current(state_dir)
+    found = read_preflight(state_dir)
+    if found is None:
+        return view
+    return StatusView(view.state, view.exit_code, view.detail, view.doc, found)
+
+
+def _current(state_dir: Path) -> StatusView:
     doc = read_status(state_dir)
     if doc is None:
         return StatusView("not_started", EXIT_IN_PROGRESS,
