@@ -73,6 +73,7 @@ class SimNode:
     data_dir: Path
     start_delay: float = 0.0
     argv: list[str] = field(default_factory=list)
+    unreachable: set[str] = field(default_factory=set)  # peer IPs no local device reaches
 
 
 @dataclass
@@ -185,7 +186,7 @@ def prepare(spec: SimSpec, work: Path, shared_dir: Path) -> list[SimNode]:
 def launch(nodes: Sequence[SimNode], timeout: float) -> list[NodeResult]:
     """Start every node (after its start delay) and wait for all; returns in index order."""
     for node in nodes:
-        write_node_data(node.data_dir, node.devices)
+        write_node_data(node.data_dir, node.devices, node.unreachable)
     procs: dict[int, tuple[subprocess.Popen[bytes], float, Any, Any]] = {}
     order = sorted(nodes, key=lambda n: n.start_delay)
     t0 = time.monotonic()
