@@ -9,10 +9,10 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from ascend_node import devices as dev
 from ascend_node import logs
@@ -20,7 +20,7 @@ from ascend_node.errors import AscendNodeError, ConfigError
 from ascend_node.hostinfo import default_route_ip, sandbox_facts
 from ascend_node.identity import NodeIdentity, fallback_incarnation, read_identity
 from ascend_node.outputs import StatusDoc, write_status, write_table_outputs
-from ascend_node.preflight.stage import health_for_rendezvous, record_cluster
+from ascend_node.preflight.stage import HealthProbe, record_cluster
 from ascend_node.rendezvous.models import DeviceRecord, MemberData
 from ascend_node.rendezvous.protocol import Rendezvous, node0_failure, publish_failure
 from ascend_node.rendezvous.store import RunPaths
@@ -61,9 +61,13 @@ def identify(environ: Mapping[str, str]) -> NodeIdentity:
 
 
 def discover(
-    settings: Settings, environ: Mapping[str, str], identity: Optional[NodeIdentity] = None
+    settings: Settings, environ: Mapping[str, str], identity: Optional[NodeIdentity] = None,
+    on_devices: Optional[Callable[[Sequence[int], str], None]] = None,
 ) -> Discovery:
-    """Steps 1-2: identity, then devices and their RoCE IPs. Writes nothing."""
+    """Steps 1-2: identity, then devices and their RoCE IPs. Writes nothing.
+
+    `on_devices(ids, hccn_tool)` runs once the devices are known, before their IPs are
+    asked for (the pre-flight starts its own probes there, to run alongside)."""
     identity = identity or identify(environ)
     npu_smi = dev.resolve_tool(settings.npu_smi, "npu-smi", dev.DEFAULT_NPU_SMI)
     ids = dev.enumerate_devices(
@@ -71,6 +75,8 @@ def discover(
         explicit_source="--devices" if settings.sources.get("devices") == "flag --devices"
         else "ASCEND_NODE_DEVICES")
     hccn_tool = dev.resolve_tool(settings.hccn_tool, "hccn_tool", dev.DEFAULT_HCCN_TOOL)
+    if on_devices is not None:
+        on_devices(ids.ids, hccn_tool)
     started = time.monotonic()
     found, raw = dev.query_ips(ids.ids, hccn_tool, settings.tool_timeout,
                                str(settings.hccn_conf))
@@ -127,10 +133,9 @@ def ranktable(
     try:
         identity = identify(environ)
         logs.set_node(identity.global_index, identity.pod_ip)
-        found = discover(settings, environ, identity)
-        health = health_for_rendezvous(
-            preflight, [d.device_id for d in found.devices], [d.ip for d in found.devices],
-            found.hccn_tool, settings.tool_timeout)
+        probe = HealthProbe(preflight, settings.tool_timeout)
+        found = discover(settings, environ, identity, on_devices=probe.start)
+        health, probe_seconds, probe_wait = probe.result([d.ip for d in found.devices])
     except AscendNodeError as exc:
         if identity is not None:
             _publish_local_failure(paths, identity, exc, deadline)
@@ -153,7 +158,8 @@ def ranktable(
         preflight=preflight,
     )
     outcome = rdzv.run()
-    cluster = record_cluster(settings.state_dir, preflight, outcome.warnings)
+    cluster = record_cluster(settings.state_dir, preflight, outcome.warnings,
+                             probe_seconds, probe_wait)
     table = json.loads(outcome.ranktable_text)
     env = write_table_outputs(
         settings.state_dir, outcome.ranktable_text, table, identity.pod_ip,

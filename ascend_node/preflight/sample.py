@@ -1,12 +1,13 @@
 """Which peer devices each node pings, and what a ping's output means (pure).
 
 The sample (`sample_pairs`): `max(peers, local devices)` pairs, at most `PAIR_LIMIT`.
-Pair j goes to peer `(me + 1 + j) mod N` — the next nodes around the ring, so every peer
-is pinged at least once up to `PAIR_LIMIT + 1` nodes, and above that every node is still
-pinged by its `PAIR_LIMIT` predecessors — from local device slot `(me + j) mod D` to the
-peer's device in the same slot (HCCL's inter-node traffic runs between same-slot
-devices, one RoCE plane each). Consecutive nodes start at different slots, so the
-cluster as a whole covers every plane.
+Pair j goes to peer `(me + 1 + j) mod (N-1)` steps round the ring — the next nodes, so
+every peer is pinged at least once up to `PAIR_LIMIT + 1` nodes, and above that every node
+is still pinged by its `PAIR_LIMIT` predecessors — from local device slot
+`(2 me + 1 + j) mod D` to the peer's device in the same slot (HCCL's inter-node traffic
+runs between same-slot devices, one RoCE plane each). A node's pairs use every local
+slot once before any twice, and a peer pinged by several nodes is pinged on a different
+slot by each (`peer + source mod D`), so the cluster as a whole covers the planes.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ def sample_pairs(servers: Sequence[Sequence[tuple[int, str]]], me: int,
         remote = servers[peer]
         if not remote:
             continue
-        slot = (me + j) % len(local)
+        slot = (2 * me + 1 + j) % len(local)
         dev_id, _ip = local[slot]
         peer_dev, peer_ip = remote[slot % len(remote)]
         key = (dev_id, peer, peer_dev)

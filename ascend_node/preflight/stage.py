@@ -1,7 +1,7 @@
 """The pre-flight's two stages as the chain calls them, and `<state-dir>/preflight.json`.
 
 `bootstrap.ranktable` gathers this node's device health before the rendezvous
-(`health_for_rendezvous`) and records node 0's warnings after it (`record_cluster`);
+(`HealthProbe`, beside the IP queries) and records node 0's warnings after it (`record_cluster`);
 `boot` runs the reachability stage right after the table, before anything slow
 (wheel install, set_env), so all nodes ping at about the same time
 (`check_reachability`). Each stage writes what it found to `preflight.json`, which
@@ -14,12 +14,14 @@ import json
 import logging
 import time
 from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Optional
 
 from ascend_node.atomic import atomic_write_bytes
 from ascend_node.errors import ClusterInconsistent
 from ascend_node.identity import NodeIdentity
+from ascend_node.netcheck import family
 from ascend_node.preflight.gather import gather_health
 from ascend_node.preflight.models import NodeHealth
 from ascend_node.preflight.reach import Reachability, result_json
@@ -31,24 +33,56 @@ log = logging.getLogger("ascend_node.preflight")
 PREFLIGHT_JSON = "preflight.json"
 
 
-def health_for_rendezvous(policy: str, ids: Sequence[int], ips: Sequence[str],
-                          hccn_tool: str, tool_timeout: float) -> Optional[NodeHealth]:
-    """This node's device health to publish, or None when the pre-flight is off."""
-    if policy == "off":
-        return None
-    started = time.monotonic()
-    health = gather_health(ids, ips, hccn_tool, tool_timeout)
-    log.debug("pre-flight: link/net health/TLS of %d devices in %.3f s", len(ids),
-              time.monotonic() - started)
-    return health
+class HealthProbe:
+    """This node's device health for the rendezvous, gathered in the background while
+    discovery asks for the device IPs (the same tool, other queries), so the pre-flight
+    adds about nothing to the time before this node can publish."""
+
+    def __init__(self, policy: str, tool_timeout: float) -> None:
+        self.policy = policy
+        self.tool_timeout = tool_timeout
+        self._pool: Optional[ThreadPoolExecutor] = None
+        self._future: Optional[Future[tuple[NodeHealth, float]]] = None
+
+    def start(self, ids: Sequence[int], hccn_tool: str) -> None:
+        if self.policy == "off" or self._future is not None:
+            return
+
+        def gather() -> tuple[NodeHealth, float]:
+            started = time.monotonic()
+            health = gather_health(ids, [], hccn_tool, self.tool_timeout)
+            return health, time.monotonic() - started
+
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="preflight")
+        self._future = self._pool.submit(gather)
+
+    def result(self, ips: Sequence[str]) -> tuple[Optional[NodeHealth], float, float]:
+        """The health to publish (None when off), with the IP family of `ips`; the seconds
+        the probes took, and the seconds this call waited for them (what they added)."""
+        if self._future is None or self._pool is None:
+            return None, 0.0, 0.0
+        waited = time.monotonic()
+        try:
+            health, seconds = self._future.result()
+        finally:
+            self._pool.shutdown(wait=False)
+        waited = time.monotonic() - waited
+        fams = {family(ip) for ip in ips if ip}
+        health = health.model_copy(update={"ip_family": 6 if fams == {6} else 4})
+        log.debug("pre-flight: link/net health/TLS of %d devices in %.3f s",
+                  len(health.devices), seconds)
+        return health, seconds, waited
 
 
-def record_cluster(state_dir: Path, policy: str, warnings: Sequence[str]) -> dict[str, Any]:
+def record_cluster(state_dir: Path, policy: str, warnings: Sequence[str],
+                   seconds: float = 0.0, waited: float = 0.0) -> dict[str, Any]:
     """Log node 0's pre-flight warnings (every node does, so each pod's log has them)."""
     for w in warnings:
         log.warning("pre-flight: %s", w)
     doc: dict[str, Any] = {"schema_version": 1, "policy": policy,
-                           "cluster": {"checked": policy != "off", "warnings": list(warnings)},
+                           "cluster": {"checked": policy != "off", "warnings": list(warnings),
+                                       "probe_seconds": round(seconds, 3),
+                                       "probe_wait_seconds": round(waited, 3)},
                            "reach": None, "updated_at": time.time()}
     write_preflight(state_dir, doc)
     return doc
