@@ -300,3 +300,23 @@ def test_policy_from_the_environment_and_a_bad_value_named():
         resolve_settings({"preflight": "lax"}, {})
     assert "--preflight='lax' is invalid" in err.value.cause
     assert parse_policy("OFF") == "off"
+
+
+def test_the_flag_reaches_the_settings_and_a_bad_value_exits_1(monkeypatch):
+    from ascend_node.cli import app
+    from tests.cli_helpers import cli_runner
+
+    monkeypatch.delenv("ASCEND_NODE_PREFLIGHT", raising=False)
+    result = cli_runner().invoke(app, ["ranktable", "--preflight", "lax"])
+    assert result.exit_code == 1
+    assert "--preflight='lax' is invalid" in result.stderr
+    helped = cli_runner().invoke(app, ["boot", "--help"])
+    assert "--preflight" in helped.stdout and "ASCEND_NODE_PREFLIGHT" in helped.stdout
+
+
+def test_ping_warnings_are_capped():
+    from ascend_node.preflight.sample import WARNINGS_SHOWN, reach_warnings
+
+    warns = reach_warnings([rec(i, 0, "unknown", "timed out") for i in range(1, 40)], 1)
+    assert len(warns) == WARNINGS_SHOWN + 1
+    assert warns[-1] == "and 23 more sampled pairs with packet loss or no answer"

@@ -94,12 +94,20 @@ def describe_unreachable(records: Sequence[PingRecord], master_count: int) -> st
             + (f"; and {more} more" if more > 0 else ""))
 
 
+WARNINGS_SHOWN = 16
+
+
 def reach_warnings(records: Sequence[PingRecord], master_count: int) -> list[str]:
-    """Unknown answers and partial loss: reported, never fatal."""
+    """Unknown answers and partial loss: reported, never fatal (the first few, then how
+    many more, so a wedged tool on every node cannot flood the logs)."""
     out = []
     for r in sorted(records, key=lambda r: (r.source, r.device_id, r.peer, r.peer_device)):
         if r.result == "unknown":
             out.append(f"{pair_text(r, master_count)}: no answer ({r.detail})")
         elif r.result == "ok" and r.detail:
             out.append(f"{pair_text(r, master_count)}: {r.detail}")
+    if len(out) > WARNINGS_SHOWN:
+        more = len(out) - WARNINGS_SHOWN
+        out = [*out[:WARNINGS_SHOWN], f"and {more} more sampled pairs with packet loss or "
+               "no answer"]
     return out
