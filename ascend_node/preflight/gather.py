@@ -17,6 +17,7 @@ from ascend_node.preflight.models import DeviceHealth, NodeHealth
 from ascend_node.tools import ToolResult, run_tool
 
 PROBES = ("link", "net_health", "tls")
+MAX_WORKERS = 32
 
 
 def to_health(states: Sequence[DeviceState], ips: Sequence[str]) -> NodeHealth:
@@ -36,5 +37,9 @@ def to_health(states: Sequence[DeviceState], ips: Sequence[str]) -> NodeHealth:
 
 def gather_health(ids: Sequence[int], ips: Sequence[str], hccn_tool: str, tool_timeout: float,
                   runner: Callable[..., ToolResult] = run_tool) -> NodeHealth:
-    states = query_device_states(ids, hccn_tool, tool_timeout, {}, runner, probes=PROBES)
+    # One round for all probes (8 NPUs: 24 calls), so they finish within the IP queries
+    # they run beside; bounded for 16-NPU nodes.
+    workers = min(MAX_WORKERS, len(PROBES) * len(ids))
+    states = query_device_states(ids, hccn_tool, tool_timeout, {}, runner,
+                                 max_workers=max(1, workers), probes=PROBES)
     return to_health(states, ips)
