@@ -4,7 +4,9 @@ Runs a healthy simulated cluster (default 8 nodes x 8 fake NPUs) through `ascend
 -- /bin/true` — rendezvous, table, pre-flight, exec — with `ASCEND_NODE_PREFLIGHT=off`
 and `strict`, alternating, all nodes started at once. Prints, per setting, the median
 over runs of the cluster's bootstrap time (first process start to the last exit after
-its exec) and of the reachability stage alone (from each node's preflight.json).
+its exec), the median of the back-to-back differences (each strict run follows an off
+run, so both see about the same load on a shared machine), and what each node's
+preflight.json says the stages cost inside the agent.
 
     python bench/bench_preflight.py [--nodes 8] [--devices 8] [--repeat 5] [--tool-delay 0]
 """
@@ -80,7 +82,10 @@ def main() -> None:
           f"(min {min(walls['off']):.2f}, max {max(walls['off']):.2f})")
     print(f"  bootstrap with pre-flight (strict):  {on:.2f} s  "
           f"(min {min(walls['strict']):.2f}, max {max(walls['strict']):.2f})")
-    print(f"  added by the pre-flight:             {on - off:+.2f} s")
+    pairs = sorted(b - a for a, b in zip(walls["off"], walls["strict"]))
+    print(f"  added by the pre-flight:             {statistics.median(pairs):+.2f} s "
+          f"(median of the {len(pairs)} back-to-back differences; spread "
+          f"{pairs[0]:+.2f} .. {pairs[-1]:+.2f})")
     print(f"  wait for health probes, slowest node: {statistics.median(gather):.2f} s "
           f"({3 * args.devices} hccn_tool calls per node, beside the IP queries)")
     print(f"  reachability stage, slowest node:    {statistics.median(reach):.2f} s "

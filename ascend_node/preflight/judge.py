@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from ascend_node.doctor.local import HEALTHY_NET
-from ascend_node.doctor.report import id_list
+from ascend_node.devices import id_list
+from ascend_node.hccn import HEALTHY_NET
 from ascend_node.identity import node_name
 from ascend_node.preflight.models import NodeHealth
 

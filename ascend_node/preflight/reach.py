@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
-from ascend_node.doctor.ping import run_pings
+from ascend_node.hccn import run_pings
 from ascend_node.identity import NodeIdentity, node_name
 from ascend_node.preflight.models import PingRecord, ReachDoc, ReachVerdictDoc
 from ascend_node.preflight.sample import (
