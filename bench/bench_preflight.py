@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import resource
 import statistics
 import sys
 import tempfile
@@ -26,10 +27,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from ascend_node.sim.cluster import SimSpec, launch, prepare
 
 
+def cpu_of_children() -> float:
+    use = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return use.ru_utime + use.ru_stime
+
+
 def once(nodes: int, devices: int, policy: str, delay: float
-         ) -> tuple[float, float, float, int]:
+         ) -> tuple[float, float, float, int, float]:
     """(cluster bootstrap seconds, slowest node's wait for its health probes, slowest
-    node's reachability stage, pings in the cluster)."""
+    node's reachability stage, pings in the cluster, CPU seconds of all nodes and the
+    tools they ran)."""
     work = Path(tempfile.mkdtemp(prefix=f"bench-preflight-{policy}-"))
     shared = work / "shared"
     shared.mkdir()
@@ -37,9 +44,11 @@ def once(nodes: int, devices: int, policy: str, delay: float
                    tool_delay=delay, command=("boot", "--", "/bin/true"),
                    extra_env={"ASCEND_NODE_PREFLIGHT": policy})
     sim_nodes = prepare(spec, work, shared)
+    cpu0 = cpu_of_children()
     t0 = time.monotonic()
     results = launch(sim_nodes, 120)
     wall = time.monotonic() - t0
+    cpu = cpu_of_children() - cpu0
     bad = [r for r in results if r.exit_code != 0]
     if bad:
         raise SystemExit(f"{policy}: node {bad[0].index} exited {bad[0].exit_code}: "
@@ -51,7 +60,7 @@ def once(nodes: int, devices: int, policy: str, delay: float
             gather = max(gather, doc["cluster"]["probe_wait_seconds"])
             reach = max(reach, doc["reach"]["seconds"])
             pings = doc["reach"]["pings_in_cluster"]
-    return wall, gather, reach, pings
+    return wall, gather, reach, pings, cpu
 
 
 def main() -> None:
@@ -63,14 +72,16 @@ def main() -> None:
                     help="seconds every fake hccn_tool call takes")
     args = ap.parse_args()
     walls: dict[str, list[float]] = {"off": [], "strict": []}
+    cpus: dict[str, list[float]] = {"off": [], "strict": []}
     reach: list[float] = []
     gather: list[float] = []
     pings = 0
     once(2, 2, "strict", 0.0)  # warm the page cache and byte-code
     for _ in range(args.repeat):
         for policy in ("off", "strict"):
-            wall, g, r, p = once(args.nodes, args.devices, policy, args.tool_delay)
+            wall, g, r, p, cpu = once(args.nodes, args.devices, policy, args.tool_delay)
             walls[policy].append(wall)
+            cpus[policy].append(cpu)
             if policy == "strict":
                 gather.append(g)
                 reach.append(r)
@@ -86,6 +97,9 @@ def main() -> None:
     print(f"  added by the pre-flight:             {statistics.median(pairs):+.2f} s "
           f"(median of the {len(pairs)} back-to-back differences; spread "
           f"{pairs[0]:+.2f} .. {pairs[-1]:+.2f})")
+    cpu_off, cpu_on = statistics.median(cpus["off"]), statistics.median(cpus["strict"])
+    print(f"  CPU of all nodes and their tools:    off {cpu_off:.2f} s, strict {cpu_on:.2f} s "
+          f"({(cpu_on - cpu_off) / args.nodes * 1000:+.0f} ms per node)")
     print(f"  wait for health probes, slowest node: {statistics.median(gather):.2f} s "
           f"({3 * args.devices} hccn_tool calls per node, beside the IP queries)")
     print(f"  reachability stage, slowest node:    {statistics.median(reach):.2f} s "
