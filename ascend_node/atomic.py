@@ -68,12 +68,18 @@ def atomic_write_bytes(
     mode: int = 0o640,
     uid: Optional[int] = None,
     gid: Optional[int] = None,
+    *,
+    exclusive: bool = False,
 ) -> None:
     """Replace `path` with `data` atomically, as a regular file with `mode` (umask ignored).
 
     `uid`/`gid`: owner to give the file (None = leave as created, i.e. the running
     uid and its group). Changing the owner needs root (or CAP_CHOWN); otherwise the
     PermissionError is raised and nothing is written.
+
+    `exclusive`: create `path` only if nothing is there (FileExistsError otherwise),
+    still never showing a partial file: the complete temp file is hard-linked to the
+    name, which the server does atomically (the classic NFS-safe exclusive create).
     """
     if not 0 <= mode <= 0o7777:
         raise ValueError(f"mode {mode:#o} is not a permission mode")
@@ -102,12 +108,30 @@ def atomic_write_bytes(
             os.fsync(fd)
         finally:
             os.close(fd)
-        os.replace(temp, target)
+        if exclusive:
+            _link_exclusive(temp, target)
+            os.unlink(temp)
+        else:
+            os.replace(temp, target)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(temp)
         raise
     _fsync_dir(directory)
+
+
+def _link_exclusive(temp: str, target: str) -> None:
+    try:
+        os.link(temp, target, follow_symlinks=False)
+    except FileExistsError:
+        raise
+    except OSError:
+        # NFS may report a failure for a LINK whose reply was lost and retransmitted
+        # although the server made the link: two names on the temp file say it did.
+        with contextlib.suppress(OSError):
+            if os.stat(temp, follow_symlinks=False).st_nlink == 2:
+                return
+        raise
 
 
 def atomic_write_text(

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import time
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -19,12 +21,14 @@ from ascend_node import logs
 from ascend_node.errors import AscendNodeError, ConfigError
 from ascend_node.hostinfo import default_route_ip, sandbox_facts
 from ascend_node.identity import NodeIdentity, fallback_incarnation, read_identity
+from ascend_node.mindcluster import SourceChoice, choose_table_source
 from ascend_node.outputs import StatusDoc, write_status, write_table_outputs
 from ascend_node.preflight.stage import HealthProbe, record_cluster
 from ascend_node.rendezvous.models import DeviceRecord, MemberData
 from ascend_node.rendezvous.protocol import Rendezvous, node0_failure, publish_failure
 from ascend_node.rendezvous.store import RunPaths
 from ascend_node.settings import Settings
+from ascend_node.superpod import NodeSuperPod, SuperPodProbe, query_super_pod
 
 log = logging.getLogger("ascend_node")
 
@@ -35,6 +39,8 @@ class Discovery:
     devices: tuple[dev.Device, ...]
     device_source: str
     hccn_tool: str
+    super_pod: Optional[NodeSuperPod] = None
+    super_pod_note: str = ""
 
 
 @dataclass(frozen=True)
@@ -78,21 +84,48 @@ def discover(
     if on_devices is not None:
         on_devices(ids.ids, hccn_tool)
     started = time.monotonic()
-    found, raw = dev.query_ips(ids.ids, hccn_tool, settings.tool_timeout,
-                               str(settings.hccn_conf))
-    log.debug("queried %d device IPs in %.3f s", len(found), time.monotonic() - started)
-    dev.check_device_ips(found, raw)
-    return Discovery(identity, tuple(found), ids.source, hccn_tool)
+    # The super-pod probe (npu-smi) runs beside the IP queries (hccn_tool): on an A2 node
+    # it costs two npu-smi calls, which would otherwise add to every pod start.
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="spod") as pool:
+        pending = pool.submit(probe_super_pod, settings, ids.ids, npu_smi)
+        found, raw = dev.query_ips(ids.ids, hccn_tool, settings.tool_timeout,
+                                   str(settings.hccn_conf))
+        log.debug("queried %d device IPs in %.3f s", len(found), time.monotonic() - started)
+        dev.check_device_ips(found, raw)
+        probe = pending.result()
+    return Discovery(identity, tuple(found), ids.source, hccn_tool, probe.super_pod,
+                     probe.note)
+
+
+def probe_super_pod(settings: Settings, ids: tuple[int, ...], npu_smi: str) -> SuperPodProbe:
+    """The A3 super pod of this node (rank table v1.2), unless --table-version 1.0."""
+    if settings.table_version == "1.0":
+        return SuperPodProbe(None, "not asked (--table-version 1.0)")
+    started = time.monotonic()
+    probe = query_super_pod(ids, npu_smi, settings.tool_timeout,
+                            required=settings.table_version == "1.2")
+    log.debug("super pod: %s (%.3f s)", probe.note, time.monotonic() - started)
+    return probe
+
+
+def table_source(settings: Settings) -> SourceChoice:
+    """Shared volume or MindCluster's hccl.json (--table-source; `auto` looks for the file)."""
+    return choose_table_source(settings.table_source, settings.hccl_json,
+                               os.path.lexists(settings.hccl_json))
 
 
 def member_data(d: Discovery) -> MemberData:
+    sdids = d.super_pod.sdids if d.super_pod else {}
     return MemberData(
         global_index=d.identity.global_index,
         role=d.identity.role,  # type: ignore[arg-type]
         task_index=d.identity.task_index,
         pod_ip=d.identity.pod_ip,
         host_ip=d.identity.host_ip,
-        devices=tuple(DeviceRecord(device_id=x.device_id, device_ip=x.ip) for x in d.devices),
+        devices=tuple(DeviceRecord(device_id=x.device_id, device_ip=x.ip,
+                                   super_device_id=sdids.get(x.device_id))
+                      for x in d.devices),
+        super_pod_id=d.super_pod.super_pod_id if d.super_pod else None,
     )
 
 
@@ -123,7 +156,17 @@ def ranktable(
     """Steps 1-5: discover, meet the peers, write the table and the env files.
 
     `preflight` (strict|warn|off, `preflight.policy`): publish this node's device health
-    with its data, for node 0 to judge with the membership."""
+    with its data, for node 0 to judge with the membership. With MindCluster's hccl.json
+    as the source (`table_source`), steps 1-3 are replaced by waiting for that file
+    (`ascend_node.mindcluster`); the outputs are the same, and there is no pre-flight
+    (no rendezvous to publish in).
+    """
+    source = table_source(settings)
+    log.info("rank table source: %s (%s)", source.source, source.why)
+    if source.source == "mindcluster":
+        from ascend_node.mindcluster_chain import ranktable_from_mindcluster
+
+        return ranktable_from_mindcluster(settings, environ, started, command, source)
     deadline = started + settings.timeout
     shared_dir, run_id = require_rendezvous_settings(settings)
     paths = RunPaths(shared_dir, run_id)
@@ -154,6 +197,7 @@ def ranktable(
         poll_interval=settings.poll_interval,
         progress_interval=settings.progress_interval,
         allow_uneven_devices=settings.allow_uneven_devices,
+        table_version=settings.table_version,
         health=health,
         preflight=preflight,
     )

@@ -72,6 +72,16 @@ MasterPort = Annotated[Optional[int], typer.Option(
     "--master-port", help="Port for launchers (env ASCEND_NODE_MASTER_PORT, MASTER_PORT; "
     "msrun 8118, torch 29500)",
     show_default=False)]
+TableVersion = Annotated[Optional[str], typer.Option(
+    "--table-version", help="auto | 1.0 | 1.2: rank-table format; auto = 1.2 when every node "
+    "reports an A3 super pod (env ASCEND_NODE_TABLE_VERSION; auto)", show_default=False)]
+TableSource = Annotated[Optional[str], typer.Option(
+    "--table-source", help="auto | volume | mindcluster: meet peers on the shared volume or "
+    "take MindCluster's hccl.json; auto = the file when it exists (env "
+    "ASCEND_NODE_TABLE_SOURCE; auto)", show_default=False)]
+HcclJson = Annotated[Optional[Path], typer.Option(
+    "--hccl-json", help="MindCluster's rank table (env ASCEND_NODE_HCCL_JSON; "
+    "/user/serverid/devindex/config/hccl.json)", show_default=False)]
 Preflight = Annotated[Optional[str], typer.Option(
     "--preflight", help="strict | warn | off: device health at the rendezvous, pings before "
     "exec (env ASCEND_NODE_PREFLIGHT; strict, warn with a training launcher)",
@@ -148,16 +158,20 @@ def _emit(doc: dict[str, Any]) -> None:
 
 @app.command()
 def discover(
-    devices: Devices = None, hccn_tool: HccnTool = None, json_out: Json = False,
+    devices: Devices = None, hccn_tool: HccnTool = None, table_version: TableVersion = None,
+    table_source: TableSource = None, hccl_json: HcclJson = None, json_out: Json = False,
     verbose: Verbose = False, debug: Debug = False,
 ) -> None:
     """Identity and devices as this container sees them. Writes nothing."""
     logs.setup(verbose, _debug(debug))
     with _errors(_debug(debug)):
         from ascend_node.bootstrap import discover as run_discover
+        from ascend_node.bootstrap import table_source as choose_source
 
-        settings = _settings(verbose, devices=devices, hccn_tool=hccn_tool)
+        settings = _settings(verbose, **_option_flags(locals()))
         found = run_discover(settings, os.environ)
+        source = choose_source(settings)
+        pod = found.super_pod
         ident = found.identity
         doc = {
             "identity": {
@@ -169,8 +183,17 @@ def discover(
             },
             "devices": [
                 {"device_id": d.device_id, "ip": d.ip, "netmask": d.netmask,
-                 "ip_source": d.ip_source} for d in found.devices
+                 "ip_source": d.ip_source,
+                 **({"super_device_id": pod.sdids.get(d.device_id)} if pod else {})}
+                for d in found.devices
             ],
+            "table": {
+                "source": source.source, "source_why": source.why,
+                "hccl_json": str(settings.hccl_json),
+                "version_setting": settings.table_version,
+                "super_pod_id": pod.super_pod_id if pod else None,
+                "super_pod": found.super_pod_note,
+            },
             "sources": {**dict(ident.sources), "devices": found.device_source,
                         "hccn_tool": found.hccn_tool,
                         "run_id": settings.sources.get("run_id", "default")},
@@ -187,7 +210,11 @@ def discover(
         print(f"devices   {len(found.devices)}  [{found.device_source}; IPs from "
               f"{found.hccn_tool}]")
         for d in found.devices:
-            print(f"  {d.device_id:>3}  {d.ip:<40} {d.netmask:<16} [{d.ip_source}]")
+            sdid = f"  SDID {pod.sdids.get(d.device_id)}" if pod else ""
+            print(f"  {d.device_id:>3}  {d.ip:<40} {d.netmask:<16} [{d.ip_source}]{sdid}")
+        print(f"super pod {pod.super_pod_id if pod else '-'}  [{found.super_pod_note}]")
+        print(f"table     from {source.source}  [{source.why}]; version "
+              f"{settings.table_version} [{settings.sources.get('table_version')}]")
 
 
 def _status_writer(settings_box: dict[str, Any], command: str
@@ -212,7 +239,8 @@ def ranktable(
     master_file: MasterFile = None, world_size_file: WorldSizeFile = None,
     state_dir: StateDir = None, devices: Devices = None, hccn_tool: HccnTool = None,
     file_owner: FileOwner = None, allow_uneven_devices: AllowUneven = False,
-    preflight: Preflight = None,
+    table_version: TableVersion = None, table_source: TableSource = None,
+    hccl_json: HcclJson = None, preflight: Preflight = None,
     json_out: Json = False, verbose: Verbose = False, debug: Debug = False,
 ) -> None:
     """Steps 1-5: meet the peers and write the rank table; exit 0 when this node holds it."""
@@ -280,8 +308,14 @@ def validate(
 def simulate(
     nodes: Annotated[int, typer.Option("--nodes", min=1, max=1024,
                                        help="Number of simulated pods")] = 2,
-    devices: Annotated[int, typer.Option("--devices", min=1, max=16,
-                                         help="NPUs per simulated pod")] = 8,
+    devices: Annotated[Optional[int], typer.Option(
+        "--devices", min=1, max=16, help="NPUs per simulated pod (8; 16 with --a3)",
+        show_default=False)] = None,
+    a3: Annotated[bool, typer.Option(
+        "--a3", help="Atlas A3 SuperPoD nodes: npu-smi answers spod-info, the table is v1.2"
+    )] = False,
+    super_pod_size: Annotated[int, typer.Option(
+        "--super-pod-size", min=0, help="With --a3: nodes per super pod (0: all in one)")] = 0,
     shared_dir: Annotated[Optional[Path], typer.Option(
         "--shared-dir", help="Shared directory to meet on (default: a new temp dir)",
         show_default=False)] = None,
@@ -301,9 +335,10 @@ def simulate(
     with _errors(_debug(debug)):
         from ascend_node.sim.cluster import SimSpec, format_report, run_cluster
 
-        spec = SimSpec(nodes=nodes, devices=devices, masters=min(masters, nodes),
-                       run_id=run_id, timeout=timeout, tool_delay=tool_delay,
-                       boot=boot_chain)
+        spec = SimSpec(nodes=nodes, devices=devices or (16 if a3 else 8),
+                       masters=min(masters, nodes), run_id=run_id, timeout=timeout,
+                       tool_delay=tool_delay, boot=boot_chain, a3=a3,
+                       super_pod_size=super_pod_size)
         report = run_cluster(spec, shared_dir)
         if json_out:
             _emit(report.to_json())
@@ -321,7 +356,8 @@ def boot(
     master_file: MasterFile = None, world_size_file: WorldSizeFile = None,
     state_dir: StateDir = None, devices: Devices = None, hccn_tool: HccnTool = None,
     file_owner: FileOwner = None, allow_uneven_devices: AllowUneven = False,
-    master_port: MasterPort = None, preflight: Preflight = None,
+    master_port: MasterPort = None, table_version: TableVersion = None,
+    table_source: TableSource = None, hccl_json: HcclJson = None, preflight: Preflight = None,
     launcher: Annotated[Optional[str], typer.Option(
         "--launcher", help="mindie | msrun | ranktable-env | torch (env ASCEND_NODE_LAUNCHER; "
         "mindie)", show_default=False)] = None,
@@ -433,7 +469,8 @@ def doctor(
     peer_wait: Annotated[float, typer.Option(
         "--peer-wait", help="Seconds to wait for peers' facts")] = 10.0,
     shared_dir: SharedDir = None, run_id: RunId = None, state_dir: StateDir = None,
-    devices: Devices = None, hccn_tool: HccnTool = None,
+    devices: Devices = None, hccn_tool: HccnTool = None, table_version: TableVersion = None,
+    table_source: TableSource = None, hccl_json: HcclJson = None,
     json_out: Json = False, verbose: Verbose = False, debug: Debug = False,
 ) -> None:
     """Read-only health checks of this node and, with --peers, of the cluster.
@@ -444,8 +481,7 @@ def doctor(
     with _errors(_debug(debug)):
         from ascend_node.doctor import run_doctor
 
-        settings = _settings(verbose, shared_dir=shared_dir, run_id=run_id,
-                             state_dir=state_dir, devices=devices, hccn_tool=hccn_tool)
+        settings = _settings(verbose, **_option_flags(locals()))
         report = run_doctor(settings, os.environ, peers=peers, peer_wait=peer_wait)
         if json_out:
             _emit(report.to_json())
@@ -465,7 +501,11 @@ def manifest(
     pvc: Annotated[str, typer.Option("--pvc", help="Shared PVC (model directory)")] = "model",
     run_id: Annotated[Optional[str], typer.Option(
         "--run-id", help="Run id (default: the job name)", show_default=False)] = None,
-    npus_per_node: Annotated[int, typer.Option("--npus-per-node")] = 8,
+    npus_per_node: Annotated[Optional[int], typer.Option(
+        "--npus-per-node", help="NPUs per pod (8; 16 with --a3)", show_default=False)] = None,
+    a3: Annotated[bool, typer.Option(
+        "--a3", help="Atlas 900 A3 SuperPoD: 16 NPUs per pod, super-pod node selector")
+    ] = False,
     model_path: Annotated[str, typer.Option("--model-path", help="Mount path of the PVC")
                           ] = "/mnt/model",
     namespace: Annotated[Optional[str], typer.Option("--namespace", show_default=False)
@@ -489,10 +529,11 @@ def manifest(
         params = ManifestParams(
             kind=kind,  # type: ignore[arg-type]
             name=name, nodes=nodes, image=image, pvc=pvc, run_id=run_id or name,
-            npus_per_node=npus_per_node, model_path=model_path, namespace=namespace,
+            npus_per_node=npus_per_node or (16 if a3 else 8), model_path=model_path,
+            namespace=namespace,
             rdma_resource=rdma_resource, queue=queue, timeout=timeout,
             command=list(ctx.args) or None, npu_resource=npu_resource,
-            mount_driver=not no_driver_mounts,
+            mount_driver=not no_driver_mounts, a3=a3,
         )
         if json_out:
             print(json.dumps(render_job(params), indent=2))

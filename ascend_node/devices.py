@@ -91,15 +91,14 @@ def parse_davinci_names(names: Sequence[str]) -> tuple[int, ...]:
     return tuple(sorted(i for i in ids if i <= MAX_DEVICE_ID))
 
 
-def parse_npu_smi_mapping(text: str) -> tuple[int, ...]:
-    """Physical chip ids from `npu-smi info -m`, parsed by header (facts §1.3).
+def _npu_smi_rows(text: str) -> list[dict[str, str]]:
+    """Rows of `npu-smi info -m` as {header: cell}, parsed by header (facts §1.3).
 
-    Columns are separated by two or more spaces or tabs. A3 prints `Chip Phy-ID`; older
-    cards print only `Chip Logic ID`, equal to the physical id on a whole node. `Mcu`
-    rows (logic id `-`) are skipped.
+    Columns are separated by two or more spaces or tabs; lines before the header are
+    skipped.
     """
     header: Optional[list[str]] = None
-    ids: set[int] = set()
+    rows: list[dict[str, str]] = []
     for line in text.splitlines():
         cells = [c.strip() for c in re.split(r"\t+|\s{2,}", line.strip()) if c.strip()]
         if not cells:
@@ -108,11 +107,42 @@ def parse_npu_smi_mapping(text: str) -> tuple[int, ...]:
             if "NPU ID" in cells and any(c.startswith("Chip") for c in cells):
                 header = cells
             continue
-        row = dict(zip(header, cells))
-        value = row.get("Chip Phy-ID") or row.get("Chip Logic ID")
-        if value is not None and re.fullmatch(r"[0-9]{1,3}", value):
-            ids.add(int(value))
-    return tuple(sorted(i for i in ids if i <= MAX_DEVICE_ID))
+        rows.append(dict(zip(header, cells)))
+    return rows
+
+
+def _physical_id(row: Mapping[str, str]) -> Optional[int]:
+    value = row.get("Chip Phy-ID") or row.get("Chip Logic ID")
+    if value is not None and re.fullmatch(r"[0-9]{1,3}", value):
+        number = int(value)
+        return number if number <= MAX_DEVICE_ID else None
+    return None
+
+
+def parse_npu_smi_mapping(text: str) -> tuple[int, ...]:
+    """Physical chip ids from `npu-smi info -m`, parsed by header (facts §1.3).
+
+    A3 prints `Chip Phy-ID`; older cards print only `Chip Logic ID`, equal to the physical
+    id on a whole node. `Mcu` rows (logic id `-`) are skipped.
+    """
+    ids = {pid for row in _npu_smi_rows(text) if (pid := _physical_id(row)) is not None}
+    return tuple(sorted(ids))
+
+
+def parse_npu_chip_map(text: str) -> dict[int, tuple[int, int]]:
+    """Physical id -> (NPU ID, Chip ID) from `npu-smi info -m`: the `-i`/`-c` pair that
+    `npu-smi info -t ... -i <npu> -c <chip>` takes for that device (facts §1.3).
+
+    On A3 a module (NPU ID) holds two dies (Chip ID 0 and 1), each its own device.
+    """
+    out: dict[int, tuple[int, int]] = {}
+    for row in _npu_smi_rows(text):
+        pid = _physical_id(row)
+        npu, chip = row.get("NPU ID", ""), row.get("Chip ID", "")
+        if pid is None or not npu.isdigit() or not chip.isdigit():
+            continue
+        out.setdefault(pid, (int(npu), int(chip)))
+    return out
 
 
 def parse_hccn_ip(text: str) -> tuple[str, str]:

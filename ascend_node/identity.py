@@ -213,6 +213,14 @@ def _check_ip(name: str, value: str) -> None:
         )
 
 
+def read_pod_ip(
+    environ: Mapping[str, str], default_route_ip: Callable[[], Optional[str]]
+) -> tuple[str, str]:
+    """The pod IP alone (K8S_POD_IP, POD_IP, else the default-route address) and its source,
+    for sources that need no Volcano identity (MindCluster's hccl.json)."""
+    return _pick_ip(environ, ("K8S_POD_IP", "POD_IP"), default_route_ip)
+
+
 def _pick_ip(
     environ: Mapping[str, str],
     names: tuple[str, ...],

@@ -42,6 +42,11 @@ MARKER_NAME = "atb_llm-wheel.json"
 MARKER_SCHEMA = 1
 DEFAULT_PIP_TIMEOUT = 600.0
 _QUERY_TIMEOUT = 60.0
+# pip >= 23 refuses to install into an interpreter its distribution marks as externally
+# managed (PEP 668: Debian 12, Ubuntu 23.04+ system Pythons). The wheel must go into
+# exactly the interpreter that runs MindIE, as the vendor's own `pip install
+# atb_llm-*.whl` does, so the check is switched off for this call (older pips ignore it).
+PIP_ENV = {"PIP_BREAK_SYSTEM_PACKAGES": "1"}
 _PIP_TAIL = 5
 
 # Asks the target interpreter (not ours) which version of a distribution it sees.
@@ -267,7 +272,7 @@ def install_atb_wheel(
     argv = pip_argv(python, wheel.path)
     _drop_marker(state_dir)  # never leave a marker claiming an install that failed
     try:
-        result = run_tool(argv, timeout=timeout)
+        result = run_tool(argv, timeout=timeout, env={**os.environ, **PIP_ENV})
     except ToolError as exc:
         if "did not finish" in exc.cause:
             raise ToolError(
@@ -282,7 +287,7 @@ def install_atb_wheel(
         raise ToolError(
             f"pip install {os.path.basename(wheel.path)} failed "
             f"(exit {result.returncode}): {_tail(result.stdout, result.stderr)}",
-            f"run `{' '.join(argv)}` by hand to see the whole output",
+            f"run `PIP_BREAK_SYSTEM_PACKAGES=1 {' '.join(argv)}` by hand to see the whole output",
         )
     after = installed_version(python, wheel.name)
     if after != wheel.version:

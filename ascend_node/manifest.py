@@ -92,9 +92,16 @@ class ManifestParams:
     command: Optional[list[str]] = None
     npu_resource: str = DEFAULT_NPU_RESOURCE
     mount_driver: bool = True
+    a3: bool = False  # Atlas 900 A3 SuperPoD nodes (rank table v1.2)
 
     def __post_init__(self) -> None:
         validate(self)
+
+
+# MindCluster's node label for Atlas 900 A3 SuperPoD servers, by NPUs per pod (MC
+# accelerator-type values `module-a3-16-super-pod`, `module-a3-8-super-pod`, facts §2.2).
+ACCELERATOR_TYPE_LABEL = "accelerator-type"
+A3_SUPER_POD_TYPES = {16: "module-a3-16-super-pod", 8: "module-a3-8-super-pod"}
 
 
 def validate(p: ManifestParams) -> None:
@@ -104,6 +111,12 @@ def validate(p: ManifestParams) -> None:
                           "use --kind mindie or --kind training")
     _check_int("nodes", p.nodes, 1, MINDIE_MAX_NODES if p.kind == "mindie" else 100_000)
     _check_int("npus_per_node", p.npus_per_node, 1, 16)
+    if p.a3 and p.npus_per_node not in A3_SUPER_POD_TYPES:
+        raise ConfigError(
+            f"--a3 with npus_per_node={p.npus_per_node}: A3 super-pod nodes are scheduled "
+            "with 16 (module-a3-16-super-pod) or 8 (module-a3-8-super-pod) NPUs per pod",
+            "use --npus-per-node 16 (the default with --a3) or 8",
+        )
     _check_int("timeout", p.timeout, 1, 7 * 24 * 3600)
     if not isinstance(p.name, str) or not _DNS1035_LABEL.match(p.name):
         raise ConfigError(
@@ -219,15 +232,18 @@ def render_job(p: ManifestParams) -> dict[str, Any]:
 def _task(p: ManifestParams, role: str, replicas: int) -> dict[str, Any]:
     labels = {"app.kubernetes.io/name": p.kind, "app.kubernetes.io/instance": p.name,
               "app.kubernetes.io/component": role}
-    spec: dict[str, Any] = {
-        "restartPolicy": "Never",
+    spec: dict[str, Any] = {"restartPolicy": "Never"}
+    if p.a3:
+        # Only super-pod nodes, so every pod reports a super pod and the agent builds v1.2.
+        spec["nodeSelector"] = {ACCELERATOR_TYPE_LABEL: A3_SUPER_POD_TYPES[p.npus_per_node]}
+    spec.update({
         "affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{
             "labelSelector": {"matchLabels": {"app.kubernetes.io/instance": p.name}},
             "topologyKey": "kubernetes.io/hostname",
         }]}},
         "containers": [_container(p, role)],
         "volumes": _volumes(p),
-    }
+    })
     return {"name": role, "replicas": replicas,
             "template": {"metadata": {"labels": labels}, "spec": spec}}
 

@@ -20,6 +20,9 @@ from ascend_node.errors import ConfigError
 from ascend_node.identity import check_run_id, run_id_from_volcano_hosts
 from ascend_node.preflight.policy import parse_policy
 
+DEFAULT_HCCL_JSON = "/user/serverid/devindex/config/hccl.json"
+"""Where MindCluster's Ascend Operator mounts the rank table it writes (facts §2.4)."""
+
 
 class Settings(BaseModel):
     """Validated settings; `sources[name]` says flag / environment variable / default."""
@@ -42,6 +45,9 @@ class Settings(BaseModel):
     poll_interval: float = Field(0.2, gt=0, le=30)
     progress_interval: float = Field(10.0, gt=0)
     master_port: Optional[int] = Field(None, ge=1, le=65535)
+    table_version: Literal["auto", "1.0", "1.2"] = "auto"
+    table_source: Literal["auto", "volume", "mindcluster"] = "auto"
+    hccl_json: Path = Path(DEFAULT_HCCL_JSON)
     # None: strict, or warn for `boot` into a training launcher (preflight.policy)
     preflight: Optional[Literal["strict", "warn", "off"]] = None
     preflight_ping_timeout: float = Field(5.0, gt=0, le=120)
@@ -61,6 +67,15 @@ def parse_owner(text: str) -> tuple[int, int]:
     if not uid_s.isdigit() or (gid_s and not gid_s.isdigit()):
         raise ValueError(f"{text!r} is not UID[:GID] with numeric ids")
     return int(uid_s), int(gid_s) if gid_s else os.getgid()
+
+
+def _choice(*allowed: str) -> Callable[[str], str]:
+    def parse(text: str) -> str:
+        value = text.strip().lower()
+        if value not in allowed:
+            raise ValueError(f"{text!r} is not one of {', '.join(allowed)}")
+        return value
+    return parse
 
 
 def _bool(text: str) -> bool:
@@ -99,6 +114,11 @@ OPTIONS: tuple[Option, ...] = (
     Option("poll_interval", None, "ASCEND_NODE_POLL_INTERVAL", (), float),
     Option("progress_interval", None, "ASCEND_NODE_PROGRESS_INTERVAL", (), float),
     Option("master_port", "--master-port", "ASCEND_NODE_MASTER_PORT", ("MASTER_PORT",), int),
+    Option("table_version", "--table-version", "ASCEND_NODE_TABLE_VERSION", (),
+           _choice("auto", "1.0", "1.2")),
+    Option("table_source", "--table-source", "ASCEND_NODE_TABLE_SOURCE", (),
+           _choice("auto", "volume", "mindcluster")),
+    Option("hccl_json", "--hccl-json", "ASCEND_NODE_HCCL_JSON", (), Path),
     Option("preflight", "--preflight", "ASCEND_NODE_PREFLIGHT", (), parse_policy),
     Option("preflight_ping_timeout", None, "ASCEND_NODE_PREFLIGHT_PING_TIMEOUT", (), float),
 )

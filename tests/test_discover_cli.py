@@ -53,6 +53,13 @@ def node_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> dict[str, str]:
 
 
 def fake_ips(fp: Any, blocks: dict[str, str], ids: range, tool: str = HCCN) -> None:
+    # An A2/910 node outside any super pod: `npu-smi info -m` is the real kg capture; the
+    # spod-info refusal is invented (no capture of it exists): a non-zero exit without SDID.
+    kg = Path(__file__).parent.parent / "fixtures" / "hccn" / "kg-npu_info.txt"
+    mapping = kg.read_text().split("npu-smi info -m\n", 1)[1].split("\n\n", 1)[0]
+    fp.register([NPU_SMI, "info", "-m"], stdout=mapping + "\n", occurrences=2)
+    fp.register([NPU_SMI, "info", "-t", "spod-info", "-i", "0", "-c", "0"],
+                stderr="Error: this device does not support spod-info\n", returncode=255)
     for i in ids:
         fp.register([tool, "-i", str(i), "-ip", "-g"], stdout=blocks[f"hccn_tool -i {i} -ip -g"])
         fp.register([tool, "-i", str(i), "-ip", "-inet6", "-g"], stdout="")
@@ -109,10 +116,14 @@ def test_discover_human_output_names_every_source(
         "run id    qwen-2x8  [environment ASCEND_NODE_RUN_ID]",
         f"devices   2  [--devices; IPs from {HCCN}]",
     ]
-    assert [ln.split() for ln in lines[6:]] == [
+    assert [ln.split() for ln in lines[6:8]] == [
         ["0", "10.10.0.10", "255.255.255.0", "[hccn_tool]"],
         ["1", "10.10.0.11", "255.255.255.0", "[hccn_tool]"],
     ]
+    assert lines[8].startswith("super pod -  [device 0: `/opt/ascend/bin/npu-smi info -t "
+                               "spod-info -i 0 -c 0` printed no SDID (exit 255")
+    assert lines[9:] == ["table     from volume  [auto: no MindCluster file at "
+                         "/user/serverid/devindex/config/hccl.json]; version auto [default]"]
 
 
 def test_discover_enumerates_with_npu_smi_and_falls_back_to_hccn_conf(
@@ -270,3 +281,36 @@ def test_discover_unknown_option_is_a_usage_error(node_env: dict[str, str]) -> N
     assert result.exit_code == 2
     assert "--bogus" in result.stderr
     assert result.stdout == ""
+
+
+def test_discover_reports_the_a3_super_pod_and_the_table_source(
+    node_env: dict[str, str], fp: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # An A3 node with 16 devices; npu-smi output written from the facts (fixtures/npu-smi).
+    npu_smi = Path(__file__).parent.parent / "fixtures" / "npu-smi"
+    monkeypatch.setenv("ASCEND_VISIBLE_DEVICES", "0-15")
+    hccl = tmp_path / "mc" / "hccl.json"
+    hccl.parent.mkdir()
+    hccl.write_text('{"status": "initializing"}')
+    monkeypatch.setenv("ASCEND_NODE_HCCL_JSON", str(hccl))
+    fp.register([NPU_SMI, "info", "-m"], stdout=(npu_smi / "a3-info-m.txt").read_text())
+    for d in range(16):
+        fp.register([NPU_SMI, "info", "-t", "spod-info", "-i", str(d // 2), "-c", str(d % 2)],
+                    stdout=f"\tSDID                           : {300 + d}\n"
+                           "\tSuper Pod ID                   : 4\n")
+        fp.register([HCCN, "-i", str(d), "-ip", "-g"], stdout=f"ipaddr:10.30.0.{d + 1}\n",
+                    occurrences=2)
+    result = run("--json")
+    assert (result.exit_code, result.stderr) == (0, "")
+    doc = json.loads(result.stdout)
+    assert [d["super_device_id"] for d in doc["devices"]] == list(range(300, 316))
+    assert doc["table"] == {
+        "source": "mindcluster", "source_why": f"auto: MindCluster's {hccl} exists",
+        "hccl_json": str(hccl), "version_setting": "auto", "super_pod_id": "4",
+        "super_pod": "super pod 4 (npu-smi info -t spod-info)",
+    }
+    forced = run("--json", "--table-source", "volume", "--table-version", "1.0")
+    assert forced.exit_code == 0, forced.stderr
+    table = json.loads(forced.stdout)["table"]
+    assert (table["source"], table["source_why"]) == ("volume", "--table-source volume")
+    assert (table["super_pod_id"], table["super_pod"]) == (None, "not asked (--table-version 1.0)")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import importlib.machinery
 import importlib.util
+import json
 import math
 import re
 from pathlib import Path
@@ -426,3 +427,40 @@ def test_checked_in_examples_match_the_renderer(validator) -> None:
 def test_keys_longer_than_yaml_implicit_limit(data) -> None:
     """YAML caps implicit keys at 1024 characters; longer ones need the explicit form."""
     assert yaml.safe_load(to_yaml(data)) == data
+
+
+# --- A3 SuperPoD variant ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("nodes", [1, 2, 4])
+def test_a3_variant_is_valid_and_asks_for_whole_super_pod_nodes(validator, nodes) -> None:
+    job = render_job(params("mindie", nodes, npus_per_node=16, a3=True))
+    assert _errors(validator, job) == []
+    for task in job["spec"]["tasks"]:
+        spec = task["template"]["spec"]
+        assert spec["nodeSelector"] == {"accelerator-type": "module-a3-16-super-pod"}
+        limits = spec["containers"][0]["resources"]["limits"]
+        assert limits["huawei.com/Ascend910"] == "16"
+    eight = render_job(params("mindie", 2, npus_per_node=8, a3=True))
+    assert (eight["spec"]["tasks"][0]["template"]["spec"]["nodeSelector"]
+            == {"accelerator-type": "module-a3-8-super-pod"})
+    assert "nodeSelector" not in render_job(params())["spec"]["tasks"][0]["template"]["spec"]
+
+
+def test_a3_variant_refuses_a_partial_node() -> None:
+    with pytest.raises(ConfigError, match=r"--a3 with npus_per_node=4"):
+        params("mindie", 2, npus_per_node=4, a3=True)
+
+
+def test_manifest_cli_a3_defaults_to_16_npus(validator) -> None:
+    from typer.testing import CliRunner
+
+    from ascend_node.cli import app
+
+    result = CliRunner().invoke(app, ["manifest", "--kind", "mindie", "--a3", "--json"])
+    assert result.exit_code == 0, result.output
+    job = json.loads(result.stdout)
+    assert _errors(validator, job) == []
+    spec = job["spec"]["tasks"][0]["template"]["spec"]
+    assert spec["containers"][0]["resources"]["requests"]["huawei.com/Ascend910"] == "16"
+    assert spec["nodeSelector"]["accelerator-type"] == "module-a3-16-super-pod"

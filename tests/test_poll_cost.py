@@ -149,3 +149,38 @@ def test_freshness_opens_each_directory_once_per_poll(tmp_path, monkeypatch):
     fresh.new_poll()
     fresh.file(tmp_path / "d" / "x.json")
     assert opened == [str(tmp_path / "d")] * 2
+
+
+def test_a_directory_watched_for_long_is_listed_now_and_then(tmp_path, monkeypatch):
+    """The same-tick fallback: a listing replaces negative entries an open cannot."""
+    watched = tmp_path / "attempt"
+    watched.mkdir()
+    for i in range(100):
+        (watched / f"node-{i}.json").write_text("{}")
+    now = [0.0]
+    listings: list[str] = []
+    real_scandir = os.scandir
+
+    def recording_scandir(path):
+        listings.append(str(path))
+        return real_scandir(path)
+
+    monkeypatch.setattr(os, "scandir", recording_scandir)
+    fresh = freshness.Freshness(tmp_path, clock=lambda: now[0])
+
+    def poll_at(t: float) -> None:
+        now[0] = t
+        fresh.new_poll()
+        fresh.dir(watched)
+
+    poll_at(0.0)
+    poll_at(1.9)
+    assert listings == []  # a short wait costs opens only
+    poll_at(2.0)
+    assert listings == [str(watched)]
+    # next listing no sooner than LIST_EVERY + LIST_PER_ENTRY x the 100 entries seen
+    gap = freshness.LIST_EVERY + freshness.LIST_PER_ENTRY * 100
+    poll_at(2.0 + gap - 0.01)
+    assert len(listings) == 1
+    poll_at(2.0 + gap)
+    assert len(listings) == 2

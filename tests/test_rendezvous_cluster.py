@@ -113,9 +113,26 @@ def test_two_live_pods_claiming_one_index_end_with_5(tmp_path):
     twin.env["K8S_POD_IP"] = "10.250.0.1"
     twin.devices = [type(d)(d.device_id, f"10.99.0.{d.device_id + 1}") for d in twin.devices]
     twin.index = 3
+    # Both twins publish before the last member (node 1) arrives, the second 0.3 s after
+    # the first: node 0 never completes while a slot is contested. (A twin arriving after
+    # the table completed is a documented limit: it cannot be told from a re-created pod.)
     nodes[2].start_delay = 0.3
+    nodes[1].start_delay = 4.0
     results = run([*nodes, twin])
     _five_quickly(results, 60, "two live pods claim worker 1 (node 2)")
+
+
+def test_twins_starting_together_end_with_5(tmp_path):
+    """Exactly one twin creates the slot; the other finds it taken and marks its own
+    document contested, so node 0 waits for the objection instead of completing."""
+    nodes = make_nodes(tmp_path, 3, timeout=60)
+    twin = make_nodes(tmp_path / "twin", 3)[2]
+    twin.env["ASCEND_NODE_SHARED_DIR"] = nodes[0].env["ASCEND_NODE_SHARED_DIR"]
+    twin.env["K8S_POD_IP"] = "10.250.0.1"
+    twin.devices = [type(d)(d.device_id, f"10.99.0.{d.device_id + 1}") for d in twin.devices]
+    twin.index = 3
+    nodes[1].start_delay = 4.0
+    _five_quickly(run([*nodes, twin]), 60, "two live pods claim worker 1 (node 2)")
 
 
 def test_local_failure_is_1_and_peers_exit_5_naming_it(tmp_path):

@@ -54,6 +54,7 @@ from ascend_node.doctor.peers import (
 from ascend_node.doctor.ping import check_ping, ping_pairs, run_pings
 from ascend_node.doctor.processes import check_npu_holders, find_npu_holders
 from ascend_node.doctor.report import CheckResult, DoctorReport, ok
+from ascend_node.doctor.source import check_table_source
 from ascend_node.doctor.tables import (
     check_table_content,
     check_table_file,
@@ -65,6 +66,7 @@ from ascend_node.doctor.tables import (
 from ascend_node.doctor.volume import check_volume_mount, check_volume_probe, probe_round_trip
 from ascend_node.errors import AscendNodeError, ConfigError
 from ascend_node.identity import NodeIdentity
+from ascend_node.mindcluster import judge_hccl_json, read_hccl_json
 from ascend_node.ranktable import Problem, validate_file
 from ascend_node.rendezvous.store import RunPaths, Valid, read_bytes_nofollow, write_doc
 from ascend_node.settings import Settings
@@ -111,6 +113,8 @@ def run_doctor(
         if peers:
             raise
         checks.append(CheckResult("node.identity", "fail", exc.cause, exc.hint))
+
+    checks.append(_source_check(settings))
 
     # The shared volume.
     volume = (settings.shared_dir if settings.shared_dir is not None
@@ -218,6 +222,16 @@ def run_doctor(
                   "rank_table": str(where.path) if where.path else None,
                   "hccn_tool": hccn_tool})
     return DoctorReport(node, tuple(checks), facts)
+
+
+def _source_check(settings: Settings) -> CheckResult:
+    from ascend_node.bootstrap import table_source
+
+    choice = table_source(settings)
+    state = None
+    if choice.source == "mindcluster":
+        state = judge_hccl_json(read_hccl_json(settings.hccl_json))
+    return check_table_source(choice, settings.table_version, state)
 
 
 def _read_following(path: Path) -> Optional[bytes]:

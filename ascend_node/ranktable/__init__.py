@@ -4,11 +4,11 @@ Why one package does all three: the builder and the validator encode the same ru
 (ascend-facts.md §2, §3.2; mindie-checks.md). Every table `build_rank_table` makes must
 pass `validate_rank_table`, and the tests hold the two to that.
 
-Modules: `build` (the table from the membership), `render` (its canonical text), `readers`
-(master IP, world size, this node's entry), `validate` (document rules, with the decisions
-the sources leave open; `servers`, `superpods`, `limits`, `values` and `problems` hold its
-parts), `filecheck` (the file rules MindIE applies before parsing). Import from here: the
-package is the public interface, the module split is not.
+Modules: `build` (the table from the membership), `version` (v1.0 or v1.2), `render` (its
+canonical text), `readers` (master IP, world size, this node's entry), `validate` (document
+rules, with the decisions the sources leave open; `servers`, `superpods`, `limits`, `values`
+and `problems` hold its parts), `filecheck` (the file rules MindIE applies before parsing).
+Import from here: the package is the public interface, the module split is not.
 """
 
 from __future__ import annotations
@@ -30,6 +30,14 @@ from ascend_node.ranktable.readers import local_server, master_ip, world_size
 from ascend_node.ranktable.render import render_rank_table
 from ascend_node.ranktable.validate import validate_rank_table
 from ascend_node.ranktable.values import IPAddress
+from ascend_node.ranktable.version import (
+    REQUESTED_VERSIONS,
+    NodeSuperPodReport,
+    RequestedVersion,
+    TableVersion,
+    VersionConflict,
+    choose_table_version,
+)
 
 __all__ = [
     "HCCL_MAX_SERVER_ID",
@@ -40,13 +48,19 @@ __all__ = [
     "MINDIE_MAX_RANK_ID",
     "MINDIE_MAX_STRING",
     "MINDIE_SERVER_COUNT",
+    "REQUESTED_VERSIONS",
     "SUPPORTED_VERSIONS",
     "DeviceEntry",
     "IPAddress",
+    "NodeSuperPodReport",
     "Problem",
+    "RequestedVersion",
     "ServerEntry",
+    "TableVersion",
     "Target",
+    "VersionConflict",
     "build_rank_table",
+    "choose_table_version",
     "local_server",
     "master_ip",
     "render_rank_table",

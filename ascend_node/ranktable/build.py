@@ -1,4 +1,4 @@
-"""Build the HCCL v1.0 rank table from the run's membership.
+"""Build the HCCL rank table (v1.0, or v1.2 for an A3 SuperPoD) from the run's membership.
 
 The builder is pure and linear in the number of devices. Every table it makes must pass
 `validate_rank_table` (the two encode the same rules, ascend-facts.md §2, §3.2), and the
@@ -9,9 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Optional
 
 from ascend_node.errors import ClusterInconsistent
+from ascend_node.ranktable.version import (
+    NodeSuperPodReport,
+    VersionConflict,
+    choose_table_version,
+)
 
 
 @dataclass(frozen=True)
@@ -20,6 +25,7 @@ class DeviceEntry:
 
     device_id: int
     device_ip: str
+    super_device_id: Optional[int] = None  # SDID, A3 SuperPoD only
 
 
 @dataclass(frozen=True)
@@ -30,10 +36,17 @@ class ServerEntry:
     pod_ip: str
     host_ip: str
     devices: tuple[DeviceEntry, ...]
+    super_pod_id: Optional[str] = None  # A3 SuperPoD only
 
 
-def build_rank_table(servers: Sequence[ServerEntry]) -> dict[str, Any]:
-    """The HCCL v1.0 rank table for these servers, with every value a JSON string.
+def build_rank_table(servers: Sequence[ServerEntry], version: str = "auto") -> dict[str, Any]:
+    """The HCCL rank table for these servers, with every value a JSON string.
+
+    ``version`` is the requested format (``auto``, ``1.0``, ``1.2``; see
+    `choose_table_version`). v1.2 adds each device's ``super_device_id`` and a
+    ``super_pod_list``; the servers of one super pod are listed contiguously (super pods
+    in the order of their lowest node index, nodes in order inside each), and rank ids
+    follow that list exactly as in v1.0, so node 0 still holds rank 0.
 
     Servers follow global node order, devices follow physical id, and rank ids run
     contiguously from 0 with per-server offsets that are prefix sums of the actual device
@@ -60,6 +73,13 @@ def build_rank_table(servers: Sequence[ServerEntry]) -> dict[str, Any]:
                 f"{after.pod_ip})",
                 "two pods claim the same global node index; check ROLE/VC_TASK_INDEX",
             )
+    chosen = choose_table_version(
+        version, {s.global_index: _report(s) for s in ordered})
+    if isinstance(chosen, VersionConflict):
+        raise ClusterInconsistent(chosen.reason, "every node of a run must agree on the "
+                                  "rank-table format; see --table-version")
+    if chosen == "1.2":
+        ordered = _group_by_super_pod(ordered)
     host_ips = [s.host_ip for s in ordered]
     use_host_ip = len(set(host_ips)) == len(host_ips)
 
@@ -78,7 +98,7 @@ def build_rank_table(servers: Sequence[ServerEntry]) -> dict[str, Any]:
                     f"node {server.global_index} lists device {after_dev.device_id} twice",
                     "check the device list given to that node",
                 )
-        entries = [
+        entries: list[dict[str, Any]] = [
             {
                 "device_id": str(device.device_id),
                 "device_ip": device.device_ip,
@@ -86,6 +106,15 @@ def build_rank_table(servers: Sequence[ServerEntry]) -> dict[str, Any]:
             }
             for offset, device in enumerate(devices)
         ]
+        if chosen == "1.2":
+            for entry, device in zip(entries, devices):
+                if device.super_device_id is None:
+                    raise ClusterInconsistent(
+                        f"node {server.global_index} reports super pod {server.super_pod_id} "
+                        f"but no SDID for device {device.device_id}",
+                        "check `npu-smi info -t spod-info` on that node",
+                    )
+                entry["super_device_id"] = str(device.super_device_id)
         next_rank += len(devices)
         server_list.append(
             {
@@ -94,9 +123,33 @@ def build_rank_table(servers: Sequence[ServerEntry]) -> dict[str, Any]:
                 "device": entries,
             }
         )
-    return {
-        "version": "1.0",
+    table: dict[str, Any] = {
+        "version": chosen,
         "status": "completed",
         "server_count": str(len(server_list)),
         "server_list": server_list,
     }
+    if chosen == "1.2":
+        pods: dict[str, list[dict[str, str]]] = {}
+        for server, entry in zip(ordered, server_list):
+            pods.setdefault(str(server.super_pod_id), []).append(
+                {"server_id": entry["server_id"]})
+        table["super_pod_list"] = [
+            {"super_pod_id": pod_id, "server_list": members} for pod_id, members in pods.items()
+        ]
+    return table
+
+
+def _report(server: ServerEntry) -> NodeSuperPodReport:
+    return NodeSuperPodReport(
+        server.super_pod_id,
+        tuple(d.super_device_id for d in server.devices if d.super_device_id is not None),
+    )
+
+
+def _group_by_super_pod(ordered: Sequence[ServerEntry]) -> list[ServerEntry]:
+    """Servers of one super pod next to each other: pods by lowest node index, stable."""
+    first_seen: dict[Optional[str], int] = {}
+    for position, server in enumerate(ordered):
+        first_seen.setdefault(server.super_pod_id, position)
+    return sorted(ordered, key=lambda s: (first_seen[s.super_pod_id], s.global_index))

@@ -51,9 +51,10 @@ the attempt, so that every pod of this start-up hears the verdict (exit 5) at on
 instead of waiting for a new attempt until its timeout."""
 
 SETTLE_POLLS = 1.5
-"""Once every slot is present, node 0 re-reads them after this many poll intervals and
+"""When a slot is contested, node 0 re-reads the slots after this many poll intervals and
 completes only if nothing changed: a pod whose slot a twin overwrote (two pods with one
-index) gets one poll to notice and leave a conflict document."""
+index) gets one poll (at most 1.2 intervals with jitter) to notice and leave a conflict
+document. Uncontested slots need no wait: each was the first document in its slot."""
 
 log = logging.getLogger("ascend_node.rendezvous")
 
@@ -73,7 +74,7 @@ class Assembler(Participant):
         own = self._slot_state(attempt_id, 0)
         if not (isinstance(own, MemberDoc) and own.incarnation == self.identity.incarnation
                 and own.data.digest() == self.data.digest()):
-            self._publish(attempt_id)
+            self._publish(attempt_id, own)
         return self._wait_for_members(attempt_id)
 
     def _wait_for_members(self, attempt_id: str) -> OutcomeDoc:
@@ -88,17 +89,21 @@ class Assembler(Participant):
                      for i in range(self.identity.node_count)}
             verdict = decide.evaluate(slots, self.identity.node_count,
                                       self.identity.master_count, self.allow_uneven_devices,
-                                      self.identity.job_version, self.preflight)
+                                      self.identity.job_version, self.table_version,
+                                      self.preflight)
             if isinstance(verdict, decide.Complete):
                 if settled == verdict.members:
                     return self._complete(attempt_id, verdict.members, verdict.warnings)
-                # Everyone is present: read every slot afresh after a short settle, so a
-                # pod whose slot a twin just overwrote can still say so. Afresh, because
-                # some filesystems (sshfs) keep the inode on replace and stamp mtimes to
-                # the second, which the slot cache cannot see through.
+                # Everyone is present: read every slot once more, afresh, and complete
+                # only if nothing changed. Afresh, because some filesystems (sshfs) keep
+                # the inode on replace and stamp mtimes to the second, which the slot
+                # cache cannot see through. When a slot is contested (its pod found
+                # another pod's document there), first give that other pod a poll to
+                # notice and leave a conflict document: two live pods with one index.
                 settled = verdict.members
                 cache.clear()
-                self.sleep(self.poll_interval * SETTLE_POLLS)
+                if any(m.contested for m in verdict.members):
+                    self.sleep(self.poll_interval * SETTLE_POLLS)
                 self.fresh.new_poll()
                 continue
             settled = None
@@ -231,7 +236,7 @@ class Assembler(Participant):
 
     def _complete(self, attempt_id: str, members: Sequence[MemberDoc],
                   warnings: Sequence[str] = ()) -> OutcomeDoc:
-        table = build_rank_table([to_server(m.data) for m in members])
+        table = build_rank_table([to_server(m.data) for m in members], self.table_version)
         text = render_rank_table(table)
         outcome = OutcomeDoc(
             run_id=self.paths.run_id, attempt_id=attempt_id, result="table",

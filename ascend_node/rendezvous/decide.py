@@ -23,6 +23,7 @@ from typing import Optional, Union
 from ascend_node.identity import node_name
 from ascend_node.netcheck import family
 from ascend_node.preflight.judge import apply_policy, judge_health
+from ascend_node.ranktable import NodeSuperPodReport, VersionConflict, choose_table_version
 from ascend_node.rendezvous.models import (
     AttemptDoc,
     ConflictDoc,
@@ -136,13 +137,15 @@ def evaluate(
     master_count: int,
     allow_uneven_devices: bool,
     job_version: Optional[int] = None,
+    table_version: str = "auto",
     preflight: str = "off",
 ) -> Union[Waiting, Abort, Complete]:
     """Judge the present slots; abort as soon as an inconsistency is certain.
 
-    Checks run on whoever is present, so a device-IP collision or a count mismatch
-    ends the attempt at once instead of at the timeout. `preflight` (strict|warn|off)
-    says what the members' published device health does (`preflight.judge`).
+    Checks run on whoever is present, so a device-IP collision, a count mismatch or a
+    half-super-pod cluster (`table_version`, see `choose_table_version`) ends the
+    attempt at once instead of at the timeout. `preflight` (strict|warn|off) says what
+    the members' published device health does (`preflight.judge`).
     """
 
     def name(i: int) -> str:
@@ -173,6 +176,8 @@ def evaluate(
             members[index] = state
 
     abort = _cross_checks(members, master_count, allow_uneven_devices)
+    if abort is None:
+        abort = _super_pod_check(members, master_count, table_version)
     if abort is not None:
         return abort
     health = apply_policy(judge_health(
@@ -259,6 +264,21 @@ def _cross_checks(
                 "equal counts (pass --allow-uneven-devices for training)",
                 tuple(sorted(i for idx in counts.values() for i in idx)),
             )
+    return None
+
+
+def _super_pod_check(
+    members: Mapping[int, MemberDoc], master_count: int, table_version: str
+) -> Optional[Abort]:
+    reports = {
+        i: NodeSuperPodReport(
+            m.data.super_pod_id,
+            tuple(d.super_device_id for d in m.data.devices if d.super_device_id is not None))
+        for i, m in members.items()
+    }
+    chosen = choose_table_version(table_version, reports, lambda i: node_name(i, master_count))
+    if isinstance(chosen, VersionConflict):
+        return Abort(chosen.reason, chosen.nodes)
     return None
 
 
@@ -387,13 +407,21 @@ def verify_table_holds(outcome: OutcomeDoc, data: MemberData, master_count: int)
     """Check that the table text has exactly my entry: container IP and devices.
 
     The digest says the assembler used my document; this says the table it wrote
-    really holds it (a defence against a buggy or foreign assembler).
+    really holds it (a defence against a buggy or foreign assembler). A v1.0 table lists
+    node i at position i; a v1.2 table groups each super pod's servers together, so there
+    my entry is found by its container IP (unique: `evaluate` refuses repeated pod IPs).
     """
     try:
         table = json.loads(outcome.ranktable_text)
         servers = table["server_list"]
-        server = servers[data.global_index]
+        if table.get("version") == "1.2":
+            server = next(s for s in servers if s.get("container_ip") == data.pod_ip)
+        else:
+            server = servers[data.global_index]
         ids = [(int(d["device_id"]), d["device_ip"]) for d in server["device"]]
+    except StopIteration:
+        return (f"the table has no entry for {node_name(data.global_index, master_count)} "
+                f"(container IP {data.pod_ip})")
     except (ValueError, KeyError, IndexError, TypeError):
         return "the table of the outcome cannot be read"
     want = sorted((d.device_id, d.device_ip) for d in data.devices)

@@ -72,7 +72,7 @@ class Follower(Participant):
             if isinstance(action, decide.Conflict):
                 self._declare_conflict(action)
             if isinstance(action, decide.Publish):
-                self._publish(action.attempt_id)
+                self._publish(action.attempt_id, slot)
                 published_in = action.attempt_id
                 continue
             if (
@@ -91,7 +91,7 @@ class Follower(Participant):
                 and attempt.attempt_id not in outdated_checked
             ):
                 # Leave our new data where node 0 will see it when it next starts.
-                self._publish(attempt.attempt_id)
+                self._publish(attempt.attempt_id, slot)
                 published_in = attempt.attempt_id
             now = self.clock()
             if now - last_log >= self.progress_interval:

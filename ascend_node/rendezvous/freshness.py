@@ -17,12 +17,26 @@ trusted root, revalidating each level, and stop at the first one that is still m
 
 On local disks and sshfs (which caches no negative lookups) the open costs a few
 microseconds and changes nothing, so the same code runs everywhere.
+
+One case the open cannot cover (measured on the test bed, `bench/bench_nfs_visibility.py`):
+when two changes to a directory land in one tick of the server's timestamp clock, the
+directory's mtime does not move between them, so a client that cached the attributes in
+that tick (typically the post-op attributes of its own create) sees "unchanged" and keeps
+its negative entry — on NFS v3 until the directory changes again, which in a finished
+rendezvous may be never. A listing (READDIRPLUS) replaces the stale entries. So a
+directory that is watched for long is also listed now and then: at most every
+`LIST_EVERY` seconds, and no more often than `LIST_PER_ENTRY` seconds per entry it held
+last time, which bounds what each waiting pod asks of the server to 50 entries a second
+at any N (N followers listing an attempt directory of N slots: every 3.3 s at N = 64,
+every 22 s at N = 1000). A stall of this kind then lasts seconds, not forever.
 """
 
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
+from typing import Callable
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
@@ -57,17 +71,37 @@ def revalidate_dir(path: Path, trusted_root: Path) -> bool:
     return True
 
 
+LIST_EVERY = 2.0
+"""Seconds between listings of a watched directory (the same-tick fallback), at least."""
+
+LIST_PER_ENTRY = 0.02
+"""Seconds added to that interval per entry the directory held at its last listing."""
+
+
+def _listed(path: Path) -> int:
+    """List `path` (a READDIR that refreshes the client's entries); how many it held."""
+    try:
+        with os.scandir(path) as entries:
+            return sum(1 for _ in entries)
+    except OSError:
+        return 0
+
+
 class Freshness:
     """Revalidates each watched directory at most once per poll.
 
     A poll reads several files of one directory (a follower's attempt directory holds
     the outcome, progress and its own slot): one open of the directory serves them all,
-    so the cost per poll is one directory open per directory watched, not per file.
+    so the cost per poll is one directory open per directory watched, not per file,
+    plus a listing of it every few seconds while it stays watched (see above).
     """
 
-    def __init__(self, trusted_root: Path) -> None:
+    def __init__(self, trusted_root: Path,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.trusted_root = trusted_root
+        self.clock = clock
         self._done: dict[Path, bool] = {}
+        self._next_listing: dict[Path, float] = {}
 
     def new_poll(self) -> None:
         """Forget what was revalidated: the next read of each directory looks again."""
@@ -78,7 +112,17 @@ class Freshness:
         known = self._done.get(path)
         if known is None:
             known = self._done[path] = revalidate_dir(path, self.trusted_root)
+            if known:
+                self._maybe_list(path)
         return known
+
+    def _maybe_list(self, path: Path) -> None:
+        now = self.clock()
+        due = self._next_listing.get(path)
+        if due is None:  # first sight: the open suffices until the directory is watched long
+            self._next_listing[path] = now + LIST_EVERY
+        elif now >= due:
+            self._next_listing[path] = now + LIST_EVERY + LIST_PER_ENTRY * _listed(path)
 
     def file(self, path: Path) -> Path:
         """Revalidate the directory holding `path`, then hand `path` back for reading."""

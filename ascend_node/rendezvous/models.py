@@ -28,6 +28,7 @@ class DeviceRecord(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     device_id: int = Field(ge=0, le=63)
     device_ip: str = Field(min_length=1, max_length=64)
+    super_device_id: Optional[int] = Field(default=None, ge=0)  # SDID, A3 SuperPoD only
 
 
 class MemberData(BaseModel):
@@ -40,9 +41,13 @@ class MemberData(BaseModel):
     pod_ip: str = Field(min_length=1, max_length=64)
     host_ip: str = Field(min_length=1, max_length=64)
     devices: tuple[DeviceRecord, ...] = Field(min_length=1, max_length=64)
+    super_pod_id: Optional[str] = Field(default=None, pattern=r"^[0-9]{1,10}$")  # A3 only
 
     def digest(self) -> str:
-        text = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+        # exclude_none: a node outside a super pod keeps the digest it had before the
+        # super-pod fields existed.
+        text = json.dumps(self.model_dump(mode="json", exclude_none=True), sort_keys=True,
+                          separators=(",", ":"))
         return hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -55,6 +60,10 @@ class MemberDoc(_Doc):
     agent_version: str = Field(max_length=64)
     data: MemberData
     job_version: Optional[int] = Field(default=None, ge=0)
+    contested: bool = False
+    """True when this pod found the slot already holding another pod's document: a twin
+    or a re-created pod. Node 0 then gives the other pod a poll to object before it
+    completes; an uncontested slot was the first document in it (exclusive create)."""
     health: Optional[NodeHealth] = None  # pre-flight facts; not in the digest (restarts)
 
 

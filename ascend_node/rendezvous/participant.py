@@ -12,7 +12,6 @@ import random
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Callable, Optional
 
 from ascend_node import __version__
@@ -24,6 +23,7 @@ from ascend_node.rendezvous import decide
 from ascend_node.rendezvous.freshness import Freshness
 from ascend_node.rendezvous.models import (
     AttemptDoc,
+    FailureDoc,
     MemberData,
     MemberDoc,
     OutcomeDoc,
@@ -32,6 +32,7 @@ from ascend_node.rendezvous.store import (
     Invalid,
     RunPaths,
     Valid,
+    create_doc,
     read_doc,
     read_slot,
     write_doc,
@@ -52,6 +53,7 @@ class Participant:
     poll_interval: float = 0.2
     progress_interval: float = 10.0
     allow_uneven_devices: bool = False
+    table_version: str = "auto"  # --table-version: auto | 1.0 | 1.2
     health: Optional[NodeHealth] = None  # published beside the data (pre-flight)
     preflight: str = "off"  # what node 0 does with the health facts: strict|warn|off
     clock: Callable[[], float] = time.monotonic
@@ -60,7 +62,7 @@ class Participant:
     fresh: Freshness = field(init=False)
 
     def __post_init__(self) -> None:
-        self.fresh = Freshness(self.paths.shared_dir)
+        self.fresh = Freshness(self.paths.shared_dir, self.clock)
 
     @property
     def index(self) -> int:
@@ -93,7 +95,7 @@ class Participant:
 
     # ------------------------------------------------------------------ publishing
 
-    def _member_doc(self, attempt_id: str) -> MemberDoc:
+    def _member_doc(self, attempt_id: str, contested: bool = False) -> MemberDoc:
         return MemberDoc(
             run_id=self.paths.run_id,
             attempt_id=attempt_id,
@@ -103,14 +105,32 @@ class Participant:
             agent_version=__version__,
             data=self.data,
             job_version=self.identity.job_version,
+            contested=contested,
             health=self.health,
         )
 
-    def _publish(self, attempt_id: str) -> Path:
+    def _publish(self, attempt_id: str, found: decide.SlotState) -> None:
+        """Publish this pod's member document into its slot, where `found` is what the
+        slot held when this pod looked. Into an empty slot by exclusive create, so that
+        of two pods racing for one index exactly one gets an uncontested slot; over
+        another pod's document (a twin, or a re-created pod's predecessor) marked
+        `contested`, which makes node 0 wait a poll for the other pod to object."""
         path = self.paths.slot(attempt_id, self.index)
-        write_doc(path, self._member_doc(attempt_id), self.paths.shared_dir)
-        log.info("published %s into attempt %s", self.name(self.index), attempt_id)
-        return path
+        if found is None:
+            created = create_doc(path, self._member_doc(attempt_id), self.paths.shared_dir)
+            if created == "created":
+                log.info("published %s into attempt %s", self.name(self.index), attempt_id)
+                return
+            if created == "exists":
+                found = self._slot_state(attempt_id, self.index)
+        contested = found is not None and not self._is_mine(found)
+        write_doc(path, self._member_doc(attempt_id, contested), self.paths.shared_dir)
+        log.info("published %s into attempt %s%s", self.name(self.index), attempt_id,
+                 " (the slot held another pod's document)" if contested else "")
+
+    def _is_mine(self, state: decide.SlotState) -> bool:
+        return (isinstance(state, (MemberDoc, FailureDoc))
+                and state.incarnation == self.identity.incarnation)
 
     # ------------------------------------------------------------------ reading
 
@@ -173,7 +193,9 @@ def to_server(data: MemberData) -> ServerEntry:
         global_index=data.global_index,
         pod_ip=data.pod_ip,
         host_ip=data.host_ip,
-        devices=tuple(DeviceEntry(d.device_id, d.device_ip) for d in data.devices),
+        devices=tuple(DeviceEntry(d.device_id, d.device_ip, d.super_device_id)
+                      for d in data.devices),
+        super_pod_id=data.super_pod_id,
     )
 
 

@@ -28,7 +28,7 @@ import stat
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Generic, Optional, TypeVar, Union
+from typing import Any, Generic, Literal, Optional, TypeVar, Union
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
@@ -278,11 +278,37 @@ def volume_error(exc: OSError, path: Path, action: str) -> SharedVolumeError:
 def write_doc(path: Path, doc: BaseModel, trusted_root: Path, mode: int = 0o644) -> None:
     """Atomically publish one document (the caller is its only writer)."""
     ensure_dir(path.parent, trusted_root)
-    data = (json.dumps(doc.model_dump(mode="json"), separators=(",", ":")) + "\n").encode()
     try:
-        atomic_write_bytes(path, data, mode=mode)
+        atomic_write_bytes(path, _encode(doc), mode=mode)
     except OSError as exc:
         raise volume_error(exc, path, "write") from exc
+
+
+Created = Literal["created", "exists", "unsupported"]
+
+# What a filesystem without hard links answers to link(): the caller cannot create
+# exclusively there and must assume the worst (someone else may be in the slot).
+_NO_LINKS = {errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.ENOSYS}
+
+
+def create_doc(path: Path, doc: BaseModel, trusted_root: Path, mode: int = 0o644) -> Created:
+    """Publish `doc` only if nothing is at `path` yet, atomically (a complete file is
+    hard-linked to the name): "created", "exists" (nothing written), or "unsupported"
+    when the filesystem has no hard links (nothing written)."""
+    ensure_dir(path.parent, trusted_root)
+    try:
+        atomic_write_bytes(path, _encode(doc), mode=mode, exclusive=True)
+    except FileExistsError:
+        return "exists"
+    except OSError as exc:
+        if exc.errno in _NO_LINKS:
+            return "unsupported"
+        raise volume_error(exc, path, "write") from exc
+    return "created"
+
+
+def _encode(doc: BaseModel) -> bytes:
+    return (json.dumps(doc.model_dump(mode="json"), separators=(",", ":")) + "\n").encode()
 
 
 def volume_clock_ns(directory: Path) -> Optional[int]:

@@ -25,6 +25,7 @@ from typing import Any, Optional
 
 from ascend_node.sim.fake_tools import (
     FakeDevice,
+    SuperPodSeat,
     install_boot_fakes,
     install_tools,
     tool_env,
@@ -60,6 +61,19 @@ class SimSpec:
     command: Sequence[str] = ("ranktable", "--json")
     boot: bool = False  # run the whole boot chain into a fake MindIE daemon
     extra_env: Mapping[str, str] = field(default_factory=dict)
+    a3: bool = False  # Atlas A3 SuperPoD nodes: npu-smi answers spod-info
+    super_pod_size: int = 0  # A3 nodes per super pod (0: all nodes in one)
+
+    def seat(self, index: int) -> Optional[SuperPodSeat]:
+        if not self.a3:
+            return None
+        size = self.super_pod_size or self.nodes
+        return SuperPodSeat(super_pod_id=index // size, size=size, server_index=index % size)
+
+
+def sdid(seat: SuperPodSeat, device: int) -> int:
+    """A simulated SDID: unique inside a super pod (server index x 16 + device)."""
+    return seat.server_index * 16 + device
 
 
 @dataclass
@@ -73,6 +87,7 @@ class SimNode:
     data_dir: Path
     start_delay: float = 0.0
     argv: list[str] = field(default_factory=list)
+    seat: Optional[SuperPodSeat] = None
     unreachable: set[str] = field(default_factory=set)  # peer IPs no local device reaches
 
 
@@ -119,6 +134,7 @@ class SimReport:
     def to_json(self) -> dict[str, Any]:
         return {
             "nodes": self.spec.nodes, "devices_per_node": self.spec.devices,
+            "a3": self.spec.a3,
             "shared_dir": str(self.shared_dir), "ok": self.ok,
             "identical_tables": self.identical, "wall_seconds": round(self.wall_seconds, 3),
             "results": [{"node": r.index, "exit_code": r.exit_code,
@@ -176,17 +192,19 @@ def prepare(spec: SimSpec, work: Path, shared_dir: Path) -> list[SimNode]:
             env["MIES_CONFIG_JSON_PATH"] = str(node_dir / "config.json")
             env["ASCEND_NODE_SIM_REPORT"] = str(node_dir / "daemon-report.txt")
         env.update(spec.extra_env)
-        devices = [FakeDevice(d, device_ip(index, d)) for d in range(spec.devices)]
+        seat = spec.seat(index)
+        devices = [FakeDevice(d, device_ip(index, d), sdid=sdid(seat, d) if seat else None)
+                   for d in range(spec.devices)]
         delay = spec.start_delays[index] if spec.start_delays else 0.0
         nodes.append(SimNode(index, env, devices, state, data, delay,
-                             [sys.executable, "-m", "ascend_node", *command]))
+                             [sys.executable, "-m", "ascend_node", *command], seat))
     return nodes
 
 
 def launch(nodes: Sequence[SimNode], timeout: float) -> list[NodeResult]:
     """Start every node (after its start delay) and wait for all; returns in index order."""
     for node in nodes:
-        write_node_data(node.data_dir, node.devices, node.unreachable)
+        write_node_data(node.data_dir, node.devices, node.seat, node.unreachable)
     procs: dict[int, tuple[subprocess.Popen[bytes], float, Any, Any]] = {}
     order = sorted(nodes, key=lambda n: n.start_delay)
     t0 = time.monotonic()

@@ -42,9 +42,19 @@ exit 255
 """
 
 NPU_SMI_SCRIPT = r"""#!/bin/sh
-# Fake npu-smi (ascend-node simulation): `info -m` from $ASCEND_NODE_SIM_DATA/npu-smi-m.
+# Fake npu-smi (ascend-node simulation): `info -m` from $ASCEND_NODE_SIM_DATA/npu-smi-m,
+# `info -t spod-info -i <npu> -c <chip>` from spod.<npu>.<chip> (A3 super-pod nodes only).
 d=${ASCEND_NODE_SIM_DATA:?ASCEND_NODE_SIM_DATA is not set}
 if [ "$1 $2" = "info -m" ] && [ -f "$d/npu-smi-m" ]; then cat "$d/npu-smi-m"; exit 0; fi
+if [ "$1 $2 $3" = "info -t spod-info" ]; then
+  shift 3; npu=; chip=
+  while [ $# -gt 0 ]; do
+    case $1 in -i) npu=$2; shift 2 ;; -c) chip=$2; shift 2 ;; *) shift ;; esac
+  done
+  if [ -f "$d/spod.$npu.$chip" ]; then cat "$d/spod.$npu.$chip"; exit 0; fi
+  echo "Error: device $npu chip $chip does not support spod-info (simulation)" >&2
+  exit 255
+fi
 echo "npu-smi: unsupported in simulation: $*" >&2
 exit 1
 """
@@ -52,7 +62,7 @@ exit 1
 FAKE_DAEMON_SCRIPT = r"""#!/bin/sh
 # Fake mindieservice_daemon (ascend-node simulation): checks what MindIE checks at
 # start (mindie-checks.md), records its PID and environment, prints MindIE's success
-# line and exits (a real daemon would serve).
+# line and exits (a real daemon would serve; ASCEND_NODE_SIM_SERVE=1 keeps it up).
 fail() { echo "fake daemon: $*" >&2; exit 1; }
 [ -n "$MIES_CONTAINER_IP" ] || fail "MIES_CONTAINER_IP is not set"
 [ -n "$MASTER_IP" ] || fail "MASTER_IP is not set"
@@ -66,6 +76,9 @@ if [ -n "${ASCEND_NODE_SIM_REPORT:-}" ]; then
   { echo "pid=$$"; env; } > "$ASCEND_NODE_SIM_REPORT.tmp" && mv "$ASCEND_NODE_SIM_REPORT.tmp" "$ASCEND_NODE_SIM_REPORT"
 fi
 echo "Daemon start success!"
+# In a container the daemon keeps serving (the container stays up, as MindIE's does);
+# `exec` keeps this PID, and SIGTERM from tini ends it with 143.
+if [ -n "${ASCEND_NODE_SIM_SERVE:-}" ]; then exec sleep infinity; fi
 """
 
 FAKE_SET_ENV_SCRIPT = r"""# Fake CANN set_env.sh (ascend-node simulation): exports like the real one.
@@ -99,6 +112,31 @@ class FakeDevice:
     tls: int = 0
     unreachable: tuple[str, ...] = ()
     extra: dict[str, str] = field(default_factory=dict)
+    sdid: Optional[int] = None  # A3 super-pod device: its SDID (spod-info answers)
+
+
+@dataclass(frozen=True)
+class SuperPodSeat:
+    """Where an A3 node sits: its super pod, the pod's size and its index in the pod."""
+
+    super_pod_id: int
+    size: int
+    server_index: int
+
+
+def spod_info_text(sdid: int, seat: SuperPodSeat) -> str:
+    """spod-info output as the facts describe it (ascend-facts §1.3: SDID, Super Pod ID,
+    Super Pod Size, Server Index). No real capture exists: the layout (tab, key padded
+    to 31, " : ") copies the real `npu-smi info -i 0 -c 0 -t board` capture in
+    fixtures/hccn/kg-npu_info.txt."""
+    rows = (("SDID", sdid), ("Super Pod Size", seat.size), ("Super Pod ID", seat.super_pod_id),
+            ("Server Index", seat.server_index))
+    return "".join(f"\t{key:<31}: {value}\n" for key, value in rows)
+
+
+def a3_chip(device_id: int) -> tuple[int, int]:
+    """A3: 8 modules x 2 dies; physical id 2n and 2n+1 are NPU n, chips 0 and 1 (facts §1.5)."""
+    return device_id // 2, device_id % 2
 
 
 def install_tools(bin_dir: Path) -> tuple[Path, Path]:
@@ -127,10 +165,11 @@ def install_boot_fakes(work: Path) -> tuple[Path, Path, Path]:
 
 
 def write_node_data(data_dir: Path, devices: list[FakeDevice],
+                    seat: Optional[SuperPodSeat] = None,
                     unreachable: Iterable[str] = ()) -> None:
-    """The files one node's fake tools answer from. `unreachable`: peer addresses that no
-    device of this node reaches (a node's reachability set; `FakeDevice.unreachable` is
-    the same per device)."""
+    """The files one node's fake tools answer from (`seat`: an A3 super-pod node).
+    `unreachable`: peer addresses that no device of this node reaches (a node's
+    reachability set; `FakeDevice.unreachable` is the same per device)."""
     data_dir.mkdir(parents=True, exist_ok=True)
     files: dict[str, str] = {"lost.ping": PING_LOST.format(dev="@DEV@"),
                              "unreachable": "".join(f"{a}\n" for a in sorted(unreachable))}
@@ -147,8 +186,19 @@ def write_node_data(data_dir: Path, devices: list[FakeDevice],
         for addr in d.unreachable:
             files[f"{i}.ping.{addr}"] = PING_LOST.format(dev=i).replace("@ADDR@", addr)
         files.update({f"{i}.{k}": v for k, v in d.extra.items()})
-    rows = ["\tNPU ID    Chip ID    Chip Logic ID    Chip Name"]
-    rows += [f"\t{d.device_id}    0    {d.device_id}    Ascend 910B3" for d in devices]
+    if seat is None:
+        rows = ["\tNPU ID    Chip ID    Chip Logic ID    Chip Name"]
+        rows += [f"\t{d.device_id}    0    {d.device_id}    Ascend 910B3" for d in devices]
+    else:
+        # The A3 header adds Chip Phy-ID (facts §1.3); each module also lists its Mcu.
+        rows = ["\tNPU ID    Chip ID    Chip Logic ID    Chip Phy-ID    Chip Name"]
+        for d in devices:
+            npu, chip = a3_chip(d.device_id)
+            rows.append(f"\t{npu}    {chip}    {d.device_id}    {d.device_id}    Ascend910")
+            if chip == 1:
+                rows.append(f"\t{npu}    2    -    -    Mcu")
+            if d.sdid is not None:
+                files[f"spod.{npu}.{chip}"] = spod_info_text(d.sdid, seat)
     files["npu-smi-m"] = "\n".join(rows) + "\n"
     for name, text in files.items():
         (data_dir / name).write_text(text)
@@ -166,4 +216,5 @@ def tool_env(hccn_tool: Path, npu_smi: Path, data_dir: Path, delay: float = 0.0
     return env
 
 
-__all__ = ["FakeDevice", "install_tools", "tool_env", "write_node_data"]
+__all__ = ["FakeDevice", "SuperPodSeat", "a3_chip", "install_tools", "spod_info_text",
+           "tool_env", "write_node_data"]

@@ -1,0 +1,105 @@
+"""The agent beside the floor (issue 13, item 1): same pods, same fake tools, one run.
+
+For each N, starts N real pods at once on one shared directory, first the floor
+(`bench/floor_pod.py`, a minimal correct program for the same exchange), then the agent
+(`python -m ascend_node ranktable`), alternating per trial, and prints the lag from the
+last pod started to the last pod done, and the ratio agent / floor. Also prints what the
+harness alone costs: N pods of `python -c pass` plus one fake `hccn_tool` call per device.
+
+    python bench/bench_floor.py [--sizes 2,8,32] [--devices 8] [--trials 3] [--shared DIR]
+
+Target (2 cores): agent <= 1.3x the floor at N = 2 and N = 32; N = 256 agrees.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Optional
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from ascend_node.sim.cluster import SimSpec, prepare
+from ascend_node.sim.fake_tools import write_node_data
+
+FLOOR = Path(__file__).resolve().parent / "floor_pod.py"
+
+
+def run_pods(argvs: list[list[str]], envs: list[dict[str, str]], limit: float) -> float:
+    """Start every pod at once; seconds from the last start to the last exit."""
+    procs = []
+    for argv, env in zip(argvs, envs):
+        procs.append(subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL,
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE))
+    last_start = time.monotonic()
+    for proc in procs:
+        try:
+            _, err = proc.communicate(timeout=limit)
+        except subprocess.TimeoutExpired:
+            for p in procs:
+                p.kill()
+            raise SystemExit(f"a pod did not finish within {limit:g} s") from None
+        if proc.returncode != 0:
+            raise SystemExit(f"a pod exited {proc.returncode}: {err.decode()[-500:]}")
+    return time.monotonic() - last_start
+
+
+def trial(kind: str, n: int, devices: int, shared_root: Optional[Path]) -> float:
+    work = Path(tempfile.mkdtemp(prefix=f"bench-floor-{kind}-{n}-"))
+    shared = Path(tempfile.mkdtemp(dir=shared_root)) if shared_root else work / "shared"
+    shared.mkdir(exist_ok=True)
+    try:
+        nodes = prepare(SimSpec(nodes=n, devices=devices, run_id="bench", timeout=600),
+                        work, shared)
+        for node in nodes:
+            write_node_data(node.data_dir, node.devices)
+        if kind == "floor":
+            argvs = [[sys.executable, str(FLOOR)] for _ in nodes]
+        elif kind == "agent":
+            argvs = [[sys.executable, "-m", "ascend_node", "ranktable"] for _ in nodes]
+        else:  # the harness alone: an interpreter start and the fake tool per device
+            script = ("import os,subprocess,sys;t=os.environ['ASCEND_NODE_HCCN_TOOL'];"
+                      "[subprocess.run([t,'-i',d,'-ip','-g'],capture_output=True) "
+                      "for d in os.environ['ASCEND_VISIBLE_DEVICES'].split(',')]")
+            argvs = [[sys.executable, "-c", script] for _ in nodes]
+        lag = run_pods(argvs, [node.env for node in nodes], limit=600)
+        if kind == "agent":
+            tables = {(node.state_dir / "ranktable.json").read_bytes() for node in nodes}
+            if len(tables) != 1:
+                raise SystemExit(f"N={n}: the agent's tables differ")
+        return lag
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+        if shared_root:
+            shutil.rmtree(shared, ignore_errors=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="2,8,32")
+    parser.add_argument("--devices", type=int, default=8)
+    parser.add_argument("--trials", type=int, default=3)
+    parser.add_argument("--shared", type=Path, default=None,
+                        help="make each run's shared directory below this one (e.g. NFS)")
+    args = parser.parse_args()
+    print(f"{'N':>5} {'harness s':>10} {'floor s':>10} {'agent s':>10} {'ratio':>6}  "
+          f"(medians of {args.trials}; last pod started -> last pod done)")
+    for n in (int(x) for x in args.sizes.split(",")):
+        got: dict[str, list[float]] = {"harness": [], "floor": [], "agent": []}
+        for _ in range(args.trials):
+            for kind in got:
+                got[kind].append(trial(kind, n, args.devices, args.shared))
+        med = {k: statistics.median(v) for k, v in got.items()}
+        print(f"{n:>5} {med['harness']:>10.2f} {med['floor']:>10.2f} {med['agent']:>10.2f} "
+              f"{med['agent'] / med['floor']:>6.2f}  agent trials "
+              + ", ".join(f"{x:.2f}" for x in got["agent"]), flush=True)
+
+
+if __name__ == "__main__":
+    main()
