@@ -157,7 +157,7 @@ def boot(
 def reachability(settings: Settings, result: TableResult) -> None:
     """Pre-flight pings right after the table, before the slow steps: every node gets
     here within about one poll of the others, so their results meet within seconds."""
-    if settings.shared_dir is None:
+    if settings.shared_dir is None or result.preflight == "off":
         return
     write_status(settings.state_dir, StatusDoc(
         state="in_progress", phase="preflight", command="boot", run_id=result.run_id,
