@@ -9,10 +9,12 @@ repeats nothing that is done and reaches the same result.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn, Optional
 
+from ascend_node import events
 from ascend_node.bootstrap import TableResult
 from ascend_node.errors import ConfigError
 from ascend_node.install import WHEEL_DIR_ENV, install_atb_wheel, wheel_dirs_from_env
@@ -72,14 +74,17 @@ def prepare_exec(
     state_dir = str(settings.state_dir)
 
     dirs = wheel_dirs_from_env(environ)
-    installed = install_atb_wheel(dirs, state_dir, required=WHEEL_DIR_ENV in environ)
+    with events.phase("install") as detail:
+        installed = install_atb_wheel(dirs, state_dir, required=WHEEL_DIR_ENV in environ)
+        detail["result"] = "no wheel" if installed is None else installed.reason
     if installed is None:
         log.info("no atb_llm wheel in %s; assuming the image ships it", ", ".join(dirs))
     else:
         log.info("atb_llm %s: %s", installed.wheel.version, installed.reason)
 
     scripts = set_env_scripts_from_env(environ)
-    delta = capture_set_env(scripts, dict(environ)) if scripts else None
+    with events.phase("set_env", scripts=len(scripts)):
+        delta = capture_set_env(scripts, dict(environ)) if scripts else None
     env = delta.apply(environ) if delta else dict(environ)
     if delta:
         log.info("sourced %s (%d variables set)", ", ".join(delta.scripts), len(delta.changed))
@@ -89,7 +94,8 @@ def prepare_exec(
     table_env = dict(result.env)
     one_node = identity.node_count == 1
     if opts.launcher == "mindie":
-        _configure_mindie(settings, env, result, opts)
+        with events.phase("config"):
+            _configure_mindie(settings, env, result, opts)
         if one_node:
             # MindIE's docs: unset the rank table for single-node inference.
             for name in RANK_TABLE_VARS:
@@ -151,6 +157,9 @@ def boot(
         attempt_id=result.attempt_id, node=result.discovery.identity.name,
         message=f"exec {argv[0]}"))
     log.info("exec %s", " ".join(argv))
+    now = time.time()
+    # The last event this process writes: after exec the server owns the pid.
+    events.record("exec", now, now, "exec", command=argv[0], launcher=opts.launcher)
     exec_command(argv, env)
 
 
@@ -162,11 +171,15 @@ def reachability(settings: Settings, result: TableResult) -> None:
     write_status(settings.state_dir, StatusDoc(
         state="in_progress", phase="preflight", command="boot", run_id=result.run_id,
         attempt_id=result.attempt_id, node=result.discovery.identity.name))
-    check_reachability(
-        settings.state_dir, result.preflight, result.preflight_doc or {},
-        RunPaths(settings.shared_dir, result.run_id), result.attempt_id,
-        result.discovery.identity, result.table, result.discovery.hccn_tool,
-        settings.preflight_ping_timeout, result.started, settings.poll_interval)
+    with events.phase("preflight", policy=result.preflight) as detail:
+        found = check_reachability(
+            settings.state_dir, result.preflight, result.preflight_doc or {},
+            RunPaths(settings.shared_dir, result.run_id), result.attempt_id,
+            result.discovery.identity, result.table, result.discovery.hccn_tool,
+            settings.preflight_ping_timeout, result.started, settings.poll_interval)
+        if found is not None:
+            detail.update(pings=len(found.pings), cluster_pings=found.cluster_pings,
+                          unreachable=len(found.unreachable))
 
 
 def describe(argv: Sequence[str], added: Mapping[str, Any]) -> str:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from ascend_node import devices as dev
-from ascend_node import logs
+from ascend_node import events, logs
 from ascend_node.errors import AscendNodeError, ConfigError
 from ascend_node.hostinfo import default_route_ip, sandbox_facts
 from ascend_node.identity import NodeIdentity, fallback_incarnation, read_identity
@@ -129,6 +129,15 @@ def member_data(d: Discovery) -> MemberData:
     )
 
 
+def start_events(settings: Settings, command: str, started: float, run_id: str,
+                 **detail: Any) -> None:
+    """A new run in `<state-dir>/events.jsonl`; `started` is the agent's monotonic start."""
+    recorder = events.Recorder.open(
+        settings.state_dir, command, started=time.time() - (time.monotonic() - started),
+        run_id=run_id, **detail)
+    events.activate(recorder).close()  # the previous one, when the chain reruns in-process
+
+
 def require_rendezvous_settings(settings: Settings) -> tuple[Path, str]:
     if settings.shared_dir is None:
         raise ConfigError(
@@ -172,18 +181,26 @@ def ranktable(
     paths = RunPaths(shared_dir, run_id)
     status = StatusDoc(state="in_progress", phase="discover", command=command, run_id=run_id)
     write_status(settings.state_dir, status)
+    start_events(settings, command, started, run_id)
     identity: Optional[NodeIdentity] = None
     try:
-        identity = identify(environ)
-        logs.set_node(identity.global_index, identity.pod_ip)
-        probe = HealthProbe(preflight, settings.tool_timeout)
-        found = discover(settings, environ, identity, on_devices=probe.start)
-        health, probe_seconds, probe_wait = probe.result([d.ip for d in found.devices])
+        with events.phase("discovery") as detail:
+            identity = identify(environ)
+            logs.set_node(identity.global_index, identity.pod_ip)
+            probe = HealthProbe(preflight, settings.tool_timeout)
+            found = discover(settings, environ, identity, on_devices=probe.start)
+            # The pre-flight's health probes ran beside the IP queries; what is left of
+            # them is part of discovery.
+            health, probe_seconds, probe_wait = probe.result([d.ip for d in found.devices])
+            detail.update(node=identity.name, devices=len(found.devices))
+            if health is not None:
+                detail.update(preflight_probe_seconds=round(probe_seconds, 3),
+                              preflight_probe_wait=round(probe_wait, 3))
     except AscendNodeError as exc:
         if identity is not None:
             _publish_local_failure(paths, identity, exc, deadline)
         raise
-    status = status.model_copy(update={"phase": "rendezvous", "node": identity.name})
+    status = status.replace(phase="rendezvous", node=identity.name)
     write_status(settings.state_dir, status)
     log.info("%d devices (%s), pod IP %s; joining run %s as %s of %d",
              len(found.devices), found.device_source, identity.pod_ip, run_id, identity.name,
@@ -201,14 +218,19 @@ def ranktable(
         health=health,
         preflight=preflight,
     )
-    outcome = rdzv.run()
+    with events.phase("rendezvous", node=identity.name, nodes=identity.node_count) as detail:
+        outcome = rdzv.run()
+        detail["attempt"] = outcome.attempt_id
+        if outcome.warnings:
+            detail["preflight_warnings"] = len(outcome.warnings)
     cluster = record_cluster(settings.state_dir, preflight, outcome.warnings,
                              probe_seconds, probe_wait)
-    table = json.loads(outcome.ranktable_text)
-    env = write_table_outputs(
-        settings.state_dir, outcome.ranktable_text, table, identity.pod_ip,
-        settings.master_file, settings.world_size_file, settings.file_owner,
-    )
+    with events.phase("outputs"):
+        table = json.loads(outcome.ranktable_text)
+        env = write_table_outputs(
+            settings.state_dir, outcome.ranktable_text, table, identity.pod_ip,
+            settings.master_file, settings.world_size_file, settings.file_owner,
+        )
     seconds = time.monotonic() - started
     log.info("rank table ready (attempt %s, %d servers, world size %s) in %.2f s",
              outcome.attempt_id, len(table["server_list"]), env["WORLD_SIZE"], seconds)

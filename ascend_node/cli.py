@@ -14,7 +14,6 @@ import os
 import signal
 import sys
 import time
-import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -36,8 +35,26 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # plain help: rich costs ~100 ms of start-up (issue 13)
     context_settings={"help_option_names": ["-h", "--help"]},
 )
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        print(__version__)
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version_flag: Annotated[bool, typer.Option(
+        "--version", help="Print the agent's version and exit", is_eager=True,
+        callback=_print_version)] = False,
+) -> None:
+    # The flag people type first; the `version` command stays for scripts that use it.
+    pass
+
 
 # ----------------------------------------------------------------- shared option types
 
@@ -107,6 +124,8 @@ def _report(exc: BaseException, debug: bool) -> int:
         text = (f"ascend-node: internal error: {exc.__class__.__name__}: {exc}\n"
                 "  hint: rerun with --debug and report the traceback")
     if debug:
+        import traceback
+
         traceback.print_exception(type(exc), exc, exc.__traceback__, file=sys.stderr)
     sys.stderr.flush()
     print(text, file=sys.stderr, flush=True)
@@ -328,18 +347,23 @@ def simulate(
     boot_chain: Annotated[bool, typer.Option(
         "--boot", help="Run the whole boot chain (set_env, MindIE config, exec) into a fake "
         "MindIE daemon")] = False,
+    table_out: Annotated[Optional[Path], typer.Option(
+        "--table-out", help="Also write the rank table to this file", show_default=False)
+    ] = None,
     json_out: Json = False, debug: Debug = False,
 ) -> None:
-    """Run the real agent as N local processes with fake NPUs and print the result."""
+    """Run the real agent as N local processes with fake NPUs; one line per server."""
     logs.setup(False, _debug(debug))
     with _errors(_debug(debug)):
-        from ascend_node.sim.cluster import SimSpec, format_report, run_cluster
+        from ascend_node.sim.cluster import SimSpec, format_report, run_cluster, write_table
 
         spec = SimSpec(nodes=nodes, devices=devices or (16 if a3 else 8),
                        masters=min(masters, nodes), run_id=run_id, timeout=timeout,
                        tool_delay=tool_delay, boot=boot_chain, a3=a3,
                        super_pod_size=super_pod_size)
         report = run_cluster(spec, shared_dir)
+        if table_out is not None:
+            write_table(report, table_out)
         if json_out:
             _emit(report.to_json())
         else:
@@ -427,17 +451,15 @@ def status(
 ) -> None:
     """This container's bootstrap state: exit 0 done, 1 failed, 3 in progress (for probes)."""
     with _errors(_debug(debug)):
+        from ascend_node.statedir import resolve_state_dir
         from ascend_node.status import current_status, wait_for_status
 
-        settings = _settings(False, state_dir=state_dir)
-        if wait:
-            view = wait_for_status(settings.state_dir, wait_timeout)
-        else:
-            view = current_status(settings.state_dir)
+        where = resolve_state_dir(state_dir, os.environ)  # not the settings model: probes
+        view = wait_for_status(where, wait_timeout) if wait else current_status(where)
         if json_out:
             _emit(view.to_json())
         else:
-            print(view.line())
+            print(view.text())
         raise typer.Exit(view.exit_code)
 
 

@@ -16,6 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Callable, Optional
 
+from ascend_node import events
 from ascend_node.errors import ConfigError, DeviceError, ToolError
 from ascend_node.netcheck import IPAddress, family, parse_ip, unusable_reason
 from ascend_node.tools import ToolResult, run_tool, which
@@ -305,6 +306,13 @@ def query_ips(
     """
 
     def one(dev_id: int) -> tuple[int, str, str, str, Optional[ToolError]]:
+        with events.phase("discovery.hccn_tool", device=dev_id) as detail:
+            answer = query(dev_id)
+            detail["outcome"] = ("failed" if answer[4] is not None
+                                 else "ok" if answer[1] else "no ip")
+            return answer
+
+    def query(dev_id: int) -> tuple[int, str, str, str, Optional[ToolError]]:
         try:
             res = runner([hccn_tool, "-i", str(dev_id), "-ip", "-g"], timeout=tool_timeout)
         except ToolError as exc:

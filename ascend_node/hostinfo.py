@@ -4,43 +4,50 @@ from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Iterable
 from typing import Optional
 
 from ascend_node.netcheck import unusable_reason
 
+# Documentation addresses (RFC 5737, RFC 3849): assigned to nobody, so in a pod the only
+# route that covers them is the default route.
+DEFAULT_ROUTE_PROBES = ((socket.AF_INET, "192.0.2.1"), (socket.AF_INET6, "2001:db8::1"))
+
+
+def route_source(family: int, destination: str) -> Optional[str]:
+    """The source address the kernel would use towards `destination`, or None (no route).
+
+    `connect()` on a UDP socket only asks the kernel to choose a route and a source
+    address; nothing is sent. This is the kernel's own answer, so it holds where reading
+    interfaces and gateways does not: a default route with no gateway (`ip route add
+    default dev eth0`, point-to-point and some CNIs), several default routes with metrics,
+    policy routing, a `src` hint on the route, an interface with several addresses.
+    """
+    try:
+        with socket.socket(family, socket.SOCK_DGRAM) as sock:
+            sock.connect((destination, 9))
+            return str(sock.getsockname()[0]).split("%", 1)[0]
+    except OSError:  # ENETUNREACH: no route; EAFNOSUPPORT: no IPv6 in this kernel
+        return None
+
+
+def pick_default_ip(candidates: Iterable[Optional[str]]) -> Optional[str]:
+    """The first usable address among the per-family answers (IPv4 first), else the first
+    unusable one, so that identity names it and says why, else None. Pure."""
+    first: Optional[str] = None
+    for value in candidates:
+        if not value:
+            continue
+        if unusable_reason(value) is None:
+            return value
+        first = first or value
+    return first
+
 
 def default_route_ip() -> Optional[str]:
-    """IPv4 (else IPv6) address of the interface holding the default route, via netifaces."""
-    try:
-        import netifaces
-    except ImportError:  # pragma: no cover - dependency declared in pyproject
-        return None
-    try:
-        gateways = netifaces.gateways()
-        default = gateways.get("default", {})
-    except (OSError, ValueError):
-        return None
-    if not isinstance(default, dict):
-        return None
-    first: Optional[str] = None
-    for fam in (netifaces.AF_INET, netifaces.AF_INET6):
-        entry = default.get(fam)
-        if not entry:
-            continue
-        iface = entry[1]
-        try:
-            addrs = netifaces.ifaddresses(iface).get(fam, [])
-        except ValueError:
-            continue
-        for addr in addrs:
-            value = str(addr.get("addr", "")).split("%", 1)[0]
-            if not value:
-                continue
-            # An interface lists its fe80:: address too; skip it rather than fail on it.
-            if unusable_reason(value) is None:
-                return value
-            first = first or value
-    return first  # unusable or None: identity reports it with the reason
+    """The address this pod's default route leaves from, IPv4 first, gateway or not."""
+    answers = (route_source(fam, dest) for fam, dest in DEFAULT_ROUTE_PROBES)
+    return pick_default_ip(answers)  # lazy: IPv6 is asked only when IPv4 gives nothing usable
 
 
 def _read(path: str) -> str:

@@ -13,8 +13,8 @@ import time
 from collections.abc import Mapping
 from typing import Any, Optional
 
-from ascend_node import logs
-from ascend_node.bootstrap import Discovery, TableResult, identify
+from ascend_node import events, logs
+from ascend_node.bootstrap import Discovery, TableResult, identify, start_events
 from ascend_node.devices import Device
 from ascend_node.errors import ConfigError
 from ascend_node.hostinfo import default_route_ip
@@ -40,6 +40,7 @@ def ranktable_from_mindcluster(
     write_status(settings.state_dir, StatusDoc(
         state="in_progress", phase="mindcluster", command=command, run_id=run_id,
         message=source.why))
+    start_events(settings, command, started, run_id, source="mindcluster")
     # Volcano's identity is optional here (an AscendJob may not set ROLE); when present
     # it names missing nodes in progress lines the way the volume source does.
     try:
@@ -55,7 +56,8 @@ def ranktable_from_mindcluster(
         node_count=volcano.node_count if volcano else None,
         name=lambda i: node_name(i, masters),
     )
-    doc = wait.run()
+    with events.phase("mindcluster", path=str(path)):  # waiting for a completed hccl.json
+        doc = wait.run()
     converted = convert_for_mindie(doc, pod_ip, path, settings.table_version)
     identity = _identity(volcano, converted, pod_ip, environ)
     logs.set_node(identity.global_index, identity.pod_ip)
@@ -64,10 +66,11 @@ def ranktable_from_mindcluster(
                     "following the table", converted.index, volcano.name)
     table = converted.table
     text = render_rank_table(table)
-    env = write_table_outputs(
-        settings.state_dir, text, table, pod_ip, settings.master_file,
-        settings.world_size_file, settings.file_owner,
-    )
+    with events.phase("outputs"):
+        env = write_table_outputs(
+            settings.state_dir, text, table, pod_ip, settings.master_file,
+            settings.world_size_file, settings.file_owner,
+        )
     server = table["server_list"][converted.index]
     devices = tuple(Device(int(d["device_id"]), d["device_ip"], "", str(path))
                     for d in server["device"])

@@ -9,62 +9,34 @@ file or none, never half of one.
 
 from __future__ import annotations
 
-import os
 import re
 import shlex
-import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal, Optional, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ascend_node.atomic import atomic_write_bytes
 from ascend_node.errors import ConfigError, SharedVolumeError
 from ascend_node.ranktable import master_ip, world_size
+from ascend_node.statedir import (  # the status document lives apart so `status` starts fast
+    STATUS_JSON,
+    StatusDoc,
+    ensure_state_dir,
+    read_status,
+    write_status,
+)
 
 ENV_SCRIPT = "source_mul_env.sh"
 ENV_JSON = "env.json"
-STATUS_JSON = "status.json"
 LOCAL_TABLE = "ranktable.json"
 _SAFE_PATH = re.compile(r"^[0-9a-zA-Z_./-]{1,256}$")
-
-State = Literal["in_progress", "done", "failed"]
-
-
-class StatusDoc(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    schema_version: Literal[1] = 1
-    state: State
-    phase: str
-    command: str
-    exit_code: Optional[int] = None
-    message: str = ""
-    run_id: Optional[str] = None
-    attempt_id: Optional[str] = None
-    node: Optional[str] = None
-    pid: int = Field(default_factory=os.getpid)
-    updated_at: float = Field(default_factory=time.time)
-
 
 class EnvDoc(BaseModel):
     model_config = ConfigDict(extra="forbid")
     schema_version: Literal[1] = 1
     env: dict[str, str]
-
-
-def ensure_state_dir(state_dir: Path) -> None:
-    """Create the state dir (mode 0750) and its parents; refuse a non-directory."""
-    try:
-        state_dir.mkdir(mode=0o750, parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ConfigError(
-            f"cannot create state dir {state_dir}: {exc.strerror or exc}",
-            "set --state-dir / ASCEND_NODE_STATE_DIR to a writable directory",
-        ) from exc
-    if state_dir.is_symlink() or not state_dir.is_dir():
-        raise ConfigError(f"state dir {state_dir} is not a directory",
-                          "point --state-dir at a directory")
 
 
 def check_table_path(path: Path) -> None:
@@ -174,15 +146,8 @@ def read_env(state_dir: Path) -> Optional[dict[str, str]]:
     return doc.env if doc is not None else None
 
 
-def write_status(state_dir: Path, status: StatusDoc) -> None:
-    """Best effort when the state dir itself is the problem: never mask the real error."""
-    try:
-        ensure_state_dir(state_dir)
-        atomic_write_bytes(state_dir / STATUS_JSON,
-                           (status.model_dump_json(indent=2) + "\n").encode(), mode=0o644)
-    except (ConfigError, OSError):
-        pass
-
-
-def read_status(state_dir: Path) -> Optional[StatusDoc]:
-    return _read_local(state_dir / STATUS_JSON, StatusDoc)
+__all__ = [
+    "ENV_JSON", "ENV_SCRIPT", "LOCAL_TABLE", "STATUS_JSON", "EnvDoc", "StatusDoc",
+    "check_table_path", "ensure_state_dir", "read_env", "read_status", "render_env_script",
+    "table_env", "write_env", "write_status", "write_table_outputs",
+]

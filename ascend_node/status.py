@@ -8,14 +8,13 @@ reporting "in progress" forever to a startup probe.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Optional
 
-import psutil
-
-from ascend_node.outputs import StatusDoc, read_status
-from ascend_node.preflight.stage import read_preflight
+from ascend_node import events
+from ascend_node.preflight.report import read_preflight
+from ascend_node.statedir import StatusDoc, read_status
 
 EXIT_DONE, EXIT_FAILED, EXIT_IN_PROGRESS = 0, 1, 3
 
@@ -26,22 +25,32 @@ class StatusView:
     exit_code: int
     detail: str
     doc: Optional[StatusDoc]
+    events: tuple[dict[str, Any], ...] = ()  # the newest run's, from events.jsonl
     preflight: Optional[dict[str, Any]] = None  # <state-dir>/preflight.json, when written
 
     def line(self) -> str:
         return f"{self.state}: {self.detail}" if self.detail else self.state
 
+    def text(self) -> str:
+        """The state line, then where the newest run's time went, phase by phase."""
+        return "\n".join([self.line(), *events.format_summary(self.events)])
+
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"state": self.state, "exit_code": self.exit_code,
                                "detail": self.detail}
         if self.doc is not None:
-            out["status"] = self.doc.model_dump(mode="json")
+            out["status"] = self.doc.to_json()
+        out["phases"] = [{k: r[k] for k in ("phase", "seconds", "outcome", "count")}
+                         for r in events.summarize(self.events)]
+        out["events"] = list(self.events)
         if self.preflight is not None:
             out["preflight"] = self.preflight
         return out
 
 
 def _alive(pid: int) -> bool:
+    import psutil  # only an in-progress status needs it; probes of a done pod skip the import
+
     try:
         proc = psutil.Process(pid)
         return bool(proc.status() != psutil.STATUS_ZOMBIE)
@@ -50,14 +59,12 @@ def _alive(pid: int) -> bool:
 
 
 def current_status(state_dir: Path) -> StatusView:
-    view = _current(state_dir)
-    found = read_preflight(state_dir)
-    if found is None:
-        return view
-    return StatusView(view.state, view.exit_code, view.detail, view.doc, found)
+    view = _status(state_dir)
+    return replace(view, events=tuple(events.last_run(events.read_events(state_dir))),
+                   preflight=read_preflight(state_dir))
 
 
-def _current(state_dir: Path) -> StatusView:
+def _status(state_dir: Path) -> StatusView:
     doc = read_status(state_dir)
     if doc is None:
         return StatusView("not_started", EXIT_IN_PROGRESS,

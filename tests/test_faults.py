@@ -8,7 +8,7 @@ Invariants checked after every fault (`check_volume`, `check_tables`):
 - every node ends with a documented exit code (0, 1, 4, 5, 143).
 
 Killing at an exact point needs no hook in the agent: the killed process gets a
-`sitecustomize.py` on its PYTHONPATH that wraps `os.write` / `os.replace` and sends
+`sitecustomize.py` on its PYTHONPATH that wraps `os.write` / `os.replace` / `os.link` and sends
 SIGKILL to itself in the middle of writing, or just before or after renaming, one named
 file. That is a real SIGKILL at that instant; the restart (same POD_UID = a container
 restart) runs without it.
@@ -76,8 +76,23 @@ if _spec:
             _die()
         return None
 
+    _link = os.link
+
+    def link(src, dst, *args, **kwargs):
+        # A slot's first publication links the finished temp file to its name (an
+        # exclusive create): the same moment as a replace, so the same kill points.
+        if os.path.basename(os.fspath(dst)) != _name:
+            return _link(src, dst, *args, **kwargs)
+        if _phase == "before-replace":
+            _die()
+        _link(src, dst, *args, **kwargs)
+        if _phase == "after-replace":
+            _die()
+        return None
+
     os.write = write
     os.replace = replace
+    os.link = link
 '''
 
 

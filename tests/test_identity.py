@@ -5,8 +5,7 @@ Every rejection names the variable and the value at fault (DESIGN step 1).
 
 from __future__ import annotations
 
-import sys
-import types
+from collections.abc import Iterator
 from typing import Any, Optional
 
 import pytest
@@ -252,20 +251,44 @@ def test_run_id_from_volcano_hosts(environ: dict[str, str], expected: Optional[s
 # ------------------------------------------------------------------ default route
 
 
-def test_default_route_ip_skips_link_local(monkeypatch: pytest.MonkeyPatch) -> None:
-    from ascend_node.hostinfo import default_route_ip
+@pytest.mark.parametrize(("answers", "expected"), [
+    (["10.244.1.9", "fd00::5"], "10.244.1.9"),  # IPv4 first
+    ([None, "fd00::5"], "fd00::5"),  # IPv6-only pod
+    (["", "fd00::5"], "fd00::5"),
+    (["169.254.0.9", "fd00::5"], "fd00::5"),  # a usable family wins over an unusable one
+    (["169.254.0.9", None], "169.254.0.9"),  # else the unusable one, for identity to name
+    ([None, "fe80::1"], "fe80::1"),
+    ([None, None], None),  # no default route in either family
+    ([], None),
+])
+def test_pick_default_ip(answers: list[Optional[str]], expected: Optional[str]) -> None:
+    from ascend_node.hostinfo import pick_default_ip
 
-    fake = types.ModuleType("netifaces")
-    fake.AF_INET, fake.AF_INET6 = 2, 10  # type: ignore[attr-defined]
-    fake.gateways = lambda: {"default": {10: ("fd00::1", "eth0")}}  # type: ignore[attr-defined]
-    fake.ifaddresses = lambda iface: {  # type: ignore[attr-defined]
-        10: [{"addr": "fe80::1%eth0"}, {"addr": "fd00::5"}]}
-    monkeypatch.setitem(sys.modules, "netifaces", fake)
-    assert default_route_ip() == "fd00::5"
-    fake.ifaddresses = lambda iface: {10: [{"addr": "fe80::1%eth0"}]}  # type: ignore[attr-defined]
-    assert default_route_ip() == "fe80::1"  # reported by identity as link-local
-    fake.gateways = lambda: {"default": {}}  # type: ignore[attr-defined]
-    assert default_route_ip() is None
+    assert pick_default_ip(answers) == expected
+
+
+def test_pick_default_ip_does_not_ask_ipv6_when_ipv4_is_usable() -> None:
+    from ascend_node.hostinfo import pick_default_ip
+
+    asked: list[str] = []
+
+    def answers() -> Iterator[Optional[str]]:
+        for value in ("10.0.0.5", "fd00::5"):
+            asked.append(value)
+            yield value
+
+    assert pick_default_ip(answers()) == "10.0.0.5" and asked == ["10.0.0.5"]
+
+
+def test_route_source_is_the_kernels_choice_and_none_without_a_route() -> None:
+    import socket
+
+    from ascend_node.hostinfo import route_source
+
+    # Loopback always has a route: the kernel's answer for 127.0.0.2 is a loopback source.
+    assert route_source(socket.AF_INET, "127.0.0.2") == "127.0.0.1"
+    # Not an address of this family: the OSError becomes "no answer", never a crash.
+    assert route_source(socket.AF_INET, "2001:db8::1") is None
 
 
 # ------------------------------------------------------------------ never crash

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from ascend_node.events import read_events
 from ascend_node.ranktable import validate_rank_table
 from ascend_node.sim.cluster import SimNode, SimSpec, device_ip, host_ip, launch, pod_ip, prepare
 from tests.cluster_helpers import codes, explain
@@ -115,6 +116,9 @@ def test_waits_through_initializing_and_a_half_written_file_then_writes_mindies_
         assert env["RANK_TABLE_FILE"] == str(local)
         status = json.loads((r.state_dir / "status.json").read_text())
         assert (status["state"], status["attempt_id"]) == ("done", "mindcluster")
+        phases = [e for e in read_events(r.state_dir) if e["phase"] != "run"]
+        assert [e["phase"] for e in phases] == ["startup", "mindcluster", "outputs"]
+        assert phases[1]["outcome"] == "ok" and phases[1]["path"] == str(hccl)
     # MindCluster's own file is left alone, and the shared volume is never touched.
     assert hccl.read_text() == done
     assert list((tmp_path / "shared").iterdir()) == []
@@ -138,6 +142,8 @@ def test_a_file_that_never_completes_times_out_with_exit_4(tmp_path: Path) -> No
         assert not (r.state_dir / "ranktable.json").exists()
         status = json.loads((r.state_dir / "status.json").read_text())
         assert (status["state"], status["exit_code"]) == ("failed", 4)
+        wait = next(e for e in read_events(r.state_dir) if e["phase"] == "mindcluster")
+        assert (wait["outcome"], wait["exit_code"]) == ("failed", 4)
 
 
 def test_a_pod_missing_from_the_completed_file_is_inconsistent(tmp_path: Path) -> None:

@@ -5,7 +5,8 @@ Topology (all inside namespaces this test creates, nothing in the root namespace
     hub netns:   br0 10.231.0.1/24  <- veth ends of every pod
     pod netns i: eth0 10.231.0.(10+i)/24, lo, default route via 10.231.0.1
 
-Nothing is ever sent: the agent only reads its interfaces (netifaces), so the test
+Nothing is ever sent: the agent asks the kernel which source address its default route
+would use (a UDP connect(), which sends no packet), so the test
 checks the real default-route lookup instead of K8S_POD_IP/POD_IP, which are removed
 from every pod's environment. Without POD_UID the fallback incarnation is derived from
 the real network namespace too.
@@ -33,6 +34,7 @@ from tests.cluster_helpers import codes, explain, make_nodes, run, table_of
 pytestmark = [pytest.mark.netns, pytest.mark.multiprocess]
 
 SUBNET = "10.231.0"
+SUBNET6 = "fd00:231::"
 
 
 def _ip(*args: str) -> subprocess.CompletedProcess[str]:
@@ -68,8 +70,14 @@ class Netns:
         _must("-n", self.hub, "addr", "add", f"{SUBNET}.1/24", "dev", "br0")
         _must("-n", self.hub, "link", "set", "br0", "up")
 
-    def pod(self, address: str | None, default_route: bool = True) -> str:
-        """A pod namespace; `address=None` gives it only loopback."""
+    def pod(self, address: str | None, default_route: bool = True,
+            gateway: bool = True, address6: str | None = None) -> str:
+        """A pod namespace; `address=None` gives it only loopback.
+
+        `gateway=False` makes the default route `default dev eth0` (no gateway: some CNIs,
+        point-to-point links); `address6` adds an IPv6 address (no DAD wait) and, with a
+        default route, an IPv6 default route the same way.
+        """
         name = f"anp-{self.tag}-{len(self.names)}"
         self._add(name)
         _must("-n", name, "link", "set", "lo", "up")
@@ -84,8 +92,14 @@ class Netns:
         _must("-n", name, "link", "set", "eth0", "up")
         _must("-n", self.hub, "link", "set", outer, "master", "br0")
         _must("-n", self.hub, "link", "set", outer, "up")
+        if address6 is not None:
+            _must("-n", name, "addr", "add", f"{address6}/64", "dev", "eth0", "nodad")
         if default_route:
-            _must("-n", name, "route", "add", "default", "via", f"{SUBNET}.1", "dev", "eth0")
+            via = ["via", f"{SUBNET}.1"] if gateway else []
+            _must("-n", name, "route", "add", "default", *via, "dev", "eth0")
+        if default_route and address6 is not None:
+            via6 = ["via", f"{SUBNET6}1"] if gateway else []
+            _must("-n", name, "-6", "route", "add", "default", *via6, "dev", "eth0")
         return name
 
     def close(self) -> None:
@@ -165,6 +179,38 @@ def test_pod_ip_variable_wins_over_the_interface(tmp_path: Path, netns: Netns) -
     done = _discover(ns, tmp_path, POD_IP="10.231.0.99")
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["identity"]["pod_ip"] == "10.231.0.99"
+
+
+@pytest.mark.parametrize("family", ["IPv4", "IPv6"])
+def test_a_default_route_without_gateway_still_gives_the_pod_ip(
+    tmp_path: Path, netns: Netns, family: str,
+) -> None:
+    """`ip route add default dev eth0`: the kernel's source address for it is the pod IP."""
+    if family == "IPv4":
+        ns, expected = netns.pod(f"{SUBNET}.24", gateway=False), f"{SUBNET}.24"
+    else:  # IPv6-only pod: the IPv4 address exists but has no default route
+        ns = netns.pod(f"{SUBNET}.25", default_route=False, address6=f"{SUBNET6}25")
+        _must("-n", ns, "-6", "route", "add", "default", "dev", "eth0")
+        expected = f"{SUBNET6}25"
+    routes = _ip("-n", ns, "-4" if family == "IPv4" else "-6", "route", "show", "default")
+    assert "via" not in routes.stdout and "default dev eth0" in routes.stdout, routes.stdout
+    done = _discover(ns, tmp_path)
+    assert done.returncode == 0, done.stderr
+    ident = json.loads(done.stdout)["identity"]
+    assert ident["pod_ip"] == expected
+    assert json.loads(done.stdout)["sources"]["pod_ip"] == "default-route interface"
+
+
+def test_the_lower_metric_default_route_decides(tmp_path: Path, netns: Netns) -> None:
+    """Two default routes on two addresses: the kernel's choice, not the first interface."""
+    ns = netns.pod(f"{SUBNET}.26", default_route=False)
+    _must("-n", ns, "addr", "add", f"{SUBNET}.27/24", "dev", "eth0")
+    _must("-n", ns, "route", "add", "default", "dev", "eth0", "metric", "200")
+    _must("-n", ns, "route", "add", "default", "dev", "eth0", "src", f"{SUBNET}.27",
+          "metric", "100")
+    done = _discover(ns, tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["identity"]["pod_ip"] == f"{SUBNET}.27"
 
 
 @pytest.mark.parametrize("setup", ["loopback only", "address but no default route"])

@@ -100,6 +100,8 @@ def test_one_unreachable_peer_device_ends_every_node_with_5(tmp_path):
         st = status_json(node)
         assert st["state"] == "failed" and st["exit_code"] == 1
         assert st["status"]["exit_code"] == 5
+        [event] = [e for e in st["events"] if e["phase"] == "preflight"]
+        assert event["outcome"] == "failed" and event["exit_code"] == 5
         [bad] = st["preflight"]["reach"]["unreachable"]
         assert (bad["source"], bad["device"], bad["peer"], bad["address"]) == (
             2, pair.device_id, pair.peer, pair.address)
@@ -130,6 +132,8 @@ def test_a_healthy_cluster_boots_and_status_shows_the_pings(tmp_path):
         assert reach["pings_in_cluster"] == 12  # max(2 peers, 4 devices) on each of 3 nodes
         assert {p["result"] for p in reach["pings_from_this_node"]} == {"ok"}
         assert reach["warnings"] == [] and reach["unreachable"] == []
+        [event] = [e for e in st["events"] if e["phase"] == "preflight"]
+        assert (event["outcome"], event["cluster_pings"], event["unreachable"]) == ("ok", 12, 0)
 
 
 def test_preflight_off_pings_nothing(tmp_path):

@@ -16,17 +16,40 @@ def simulate(*args: str) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, timeout=120)
 
 
-def test_simulate_prints_the_table_per_node_results_and_timing(tmp_path):
-    done = simulate("--nodes", "3", "--devices", "2", "--shared-dir", str(tmp_path))
+def test_simulate_prints_one_line_per_server_and_where_the_time_went(tmp_path):
+    out_file = tmp_path / "out" / "table.json"
+    out_file.parent.mkdir()
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    done = simulate("--nodes", "3", "--devices", "2", "--shared-dir", str(shared),
+                    "--table-out", str(out_file))
     assert done.returncode == 0, done.stderr
-    out = done.stdout
-    table = json.loads(out[: out.index("\n}\n") + 3])
-    assert table["server_count"] == "3"
+    lines = done.stdout.splitlines()
+    assert '"server_list"' not in done.stdout  # the table is not printed by default
+    header = lines[0].split()
+    assert header[:8] == ["node", "server", "pod", "IP", "devices", "ranks", "exit", "seconds"]
+    assert {"startup", "discovery", "rendezvous", "outputs"} <= set(header[8:])
+    for index, ranks in enumerate(("0-1", "2-3", "4-5")):
+        cells = lines[1 + index].split()
+        assert cells[:6] == [str(index), f"10.100.0.{10 + index}", f"10.200.0.{10 + index}",
+                             "2", ranks, "0"]
+        assert all(float(c) >= 0 for c in cells[6:])
+    assert "3 nodes x 2 NPUs: 3 ok, identical tables on every node" in done.stdout
+    shared_table = shared / "ranktable-sim.json"
+    assert f"rank table: {shared_table}" in done.stdout
+    table = json.loads(out_file.read_text())
+    assert out_file.read_text() == shared_table.read_text()
     assert [d["rank_id"] for s in table["server_list"] for d in s["device"]] == [
         str(i) for i in range(6)]
-    assert "node  exit  seconds  message" in out
-    assert "3 nodes x 2 NPUs: 3 ok, identical tables on every node" in out
-    assert (tmp_path / "ranktable-sim.json").read_text() == out[: out.index("\n}\n") + 3]
+    assert len(lines) == 6  # header, 3 servers, verdict, table path: nothing else
+
+
+def test_simulate_table_out_into_a_missing_directory_is_one_line(tmp_path):
+    done = simulate("--nodes", "1", "--devices", "1", "--shared-dir", str(tmp_path),
+                    "--table-out", str(tmp_path / "nope" / "t.json"))
+    assert done.returncode == 1
+    assert f"error: cannot write --table-out {tmp_path / 'nope' / 't.json'}" in done.stderr
+    assert "Traceback" not in done.stderr
 
 
 def test_simulate_json_and_a_second_run_on_the_same_volume_reuses_the_table(tmp_path):
@@ -36,6 +59,11 @@ def test_simulate_json_and_a_second_run_on_the_same_volume_reuses_the_table(tmp_
     assert doc["schema_version"] == 1 and doc["ok"] and doc["identical_tables"]
     assert [r["exit_code"] for r in doc["results"]] == [0, 0]
     assert doc["ranktable"]["server_count"] == "2"
+    for index, result in enumerate(doc["results"]):
+        assert result["server"] == f"10.100.0.{10 + index}"
+        assert result["ranks"] == ("0-3", "4-7")[index] and result["devices"] == 4
+        assert {"discovery", "rendezvous", "outputs"} <= set(result["phases"])
+        assert all(v >= 0 for v in result["phases"].values())
     attempt = (tmp_path / ".ascend-node" / "sim" / "attempt.json").read_bytes()
     again = simulate("--nodes", "2", "--devices", "4", "--shared-dir", str(tmp_path), "--json")
     assert again.returncode == 0, again.stderr
@@ -47,6 +75,7 @@ def test_simulate_boot_runs_the_whole_chain_into_the_fake_daemon(tmp_path):
     done = simulate("--nodes", "2", "--devices", "2", "--boot", "--shared-dir", str(tmp_path))
     assert done.returncode == 0, done.stderr
     assert "2 nodes x 2 NPUs: 2 ok, identical tables on every node" in done.stdout
+    assert {"install", "set_env", "config"} <= set(done.stdout.splitlines()[0].split())
 
 
 def test_simulate_rejects_a_bad_node_count():
@@ -67,4 +96,5 @@ def test_the_summary_says_how_many_nodes_hold_the_table(tmp_path):
         results.append(NodeResult(index, code, 1.0, "", "ascend-node: error: timed out", state))
     text = format_report(SimReport(SimSpec(nodes=2), tmp_path, results, 1.0, None))
     assert "2 nodes x 8 NPUs: 1 ok, 1/2 nodes hold the table" in text
-    assert "    1     4     1.00  ascend-node: error: timed out" in text
+    assert "node 1: exit 4: ascend-node: error: timed out" in text
+    assert "rank table:" not in text  # no table was completed

@@ -115,7 +115,7 @@ def test_wheelhouse_installs_offline(tmp_path) -> None:
 
     probe = subprocess.run(
         [str(py), "-c",
-         "import ascend_node, pydantic, typer, psutil, netifaces; print(ascend_node.__file__)"],
+         "import ascend_node, pydantic, typer, psutil; print(ascend_node.__file__)"],
         capture_output=True, text=True, timeout=120, env=_clean_env(), cwd=tmp_path,
         check=False,
     )

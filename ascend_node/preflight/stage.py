@@ -24,13 +24,13 @@ from ascend_node.identity import NodeIdentity
 from ascend_node.netcheck import family
 from ascend_node.preflight.gather import gather_health
 from ascend_node.preflight.models import NodeHealth
-from ascend_node.preflight.reach import Reachability, result_json
+from ascend_node.preflight.reach import Reachability, ReachResult, result_json
+from ascend_node.preflight.report import PREFLIGHT_JSON
 from ascend_node.preflight.sample import describe_unreachable
 from ascend_node.rendezvous.store import RunPaths
 
 log = logging.getLogger("ascend_node.preflight")
 
-PREFLIGHT_JSON = "preflight.json"
 
 
 class HealthProbe:
@@ -92,11 +92,11 @@ def check_reachability(
     state_dir: Path, policy: str, cluster: dict[str, Any], paths: RunPaths, attempt_id: str,
     identity: NodeIdentity, table: dict[str, Any], hccn_tool: str, ping_timeout: float,
     started: float, poll: float,
-) -> None:
+) -> Optional[ReachResult]:
     """Ping, gather, judge; ClusterInconsistent (exit 5) under `strict` when any sampled
     pair in the cluster is unreachable, a logged warning under `warn`."""
     if policy == "off" or identity.node_count < 2:
-        return
+        return None
     result = Reachability(paths, attempt_id, identity, table, hccn_tool, ping_timeout,
                           started, poll=min(poll, 0.1)).run()
     doc = {**cluster, "reach": result_json(result, identity.master_count),
@@ -114,9 +114,10 @@ def check_reachability(
                 "job; or run with --preflight warn (ASCEND_NODE_PREFLIGHT=warn) to start "
                 "anyway; exit 5 is not retryable")
         log.warning("pre-flight: %s (going on: --preflight warn)", text)
-        return
+        return result
     log.info("pre-flight: %d sampled device pair(s) in the cluster answer (%.2f s)",
              result.cluster_pings, result.seconds)
+    return result
 
 
 def write_preflight(state_dir: Path, doc: dict[str, Any]) -> None:
@@ -127,11 +128,3 @@ def write_preflight(state_dir: Path, doc: dict[str, Any]) -> None:
                            (json.dumps(doc, indent=2) + "\n").encode(), mode=0o644)
     except OSError as exc:
         log.warning("cannot write %s: %s", state_dir / PREFLIGHT_JSON, exc.strerror or exc)
-
-
-def read_preflight(state_dir: Path) -> Optional[dict[str, Any]]:
-    try:
-        doc = json.loads((state_dir / PREFLIGHT_JSON).read_text())
-    except (OSError, ValueError):
-        return None
-    return doc if isinstance(doc, dict) else None

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
+from ascend_node import events
 from ascend_node.sim.fake_tools import (
     FakeDevice,
     SuperPodSeat,
@@ -99,11 +100,16 @@ class NodeResult:
     stdout: str
     stderr: str
     state_dir: Path
+    pod_ip: str = ""
 
     @property
     def last_error(self) -> str:
         lines = [ln for ln in self.stderr.splitlines() if ln.strip()]
         return lines[-1] if lines else ""
+
+    def phases(self) -> dict[str, float]:
+        """Seconds per top-level phase of this node's newest run (its events.jsonl)."""
+        return events.top_level_seconds(events.last_run(events.read_events(self.state_dir)))
 
 
 @dataclass
@@ -138,7 +144,9 @@ class SimReport:
             "shared_dir": str(self.shared_dir), "ok": self.ok,
             "identical_tables": self.identical, "wall_seconds": round(self.wall_seconds, 3),
             "results": [{"node": r.index, "exit_code": r.exit_code,
-                         "seconds": round(r.seconds, 3), "message": r.last_error}
+                         "seconds": round(r.seconds, 3), "message": r.last_error,
+                         **server_summary(self.table_text, r, self.spec.devices),
+                         "phases": r.phases()}
                         for r in self.results],
             "ranktable": json.loads(self.table_text) if self.table_text else None,
         }
@@ -232,7 +240,8 @@ def launch(nodes: Sequence[SimNode], timeout: float) -> list[NodeResult]:
         err.seek(0)
         results.append(NodeResult(node.index, code, seconds,
                                   out.read().decode(errors="replace"),
-                                  err.read().decode(errors="replace"), node.state_dir))
+                                  err.read().decode(errors="replace"), node.state_dir,
+                                  node.env.get("K8S_POD_IP", "")))
         out.close()
         err.close()
     return results
@@ -256,15 +265,64 @@ def run_cluster(spec: SimSpec, shared_dir: Optional[Path] = None,
     return SimReport(spec, shared, results, wall, text)
 
 
+def server_summary(table_text: Optional[str], result: NodeResult, devices: int
+                   ) -> dict[str, Any]:
+    """This node's server in the table: server_id, pod IP, device count, rank range."""
+    out: dict[str, Any] = {"server": None, "pod_ip": result.pod_ip or None,
+                           "devices": devices, "ranks": None}
+    try:
+        table = json.loads(table_text) if table_text else {}
+        servers = table.get("server_list", [])
+    except (ValueError, AttributeError):
+        servers = []
+    for server in servers if isinstance(servers, list) else []:
+        if not isinstance(server, dict) or server.get("container_ip") != result.pod_ip:
+            continue
+        ranks = [int(d["rank_id"]) for d in server.get("device", [])]
+        out.update(server=server.get("server_id"), devices=len(ranks),
+                   ranks=f"{min(ranks)}-{max(ranks)}" if ranks else None)
+    return out
+
+
+def write_table(report: SimReport, path: Path) -> None:
+    """`--table-out`: the shared table, written atomically; ConfigError naming the path."""
+    from ascend_node.atomic import atomic_write_text
+    from ascend_node.errors import ConfigError
+
+    if report.table_text is None:
+        raise ConfigError(f"no rank table to write to {path}: no node completed one",
+                          "see the per-node messages above")
+    try:
+        atomic_write_text(path, report.table_text)
+    except OSError as exc:
+        raise ConfigError(f"cannot write --table-out {path}: {exc.strerror or exc}",
+                          "choose a path in an existing, writable directory") from exc
+
+
+# Columns of the per-node breakdown, in the order a bootstrap goes through them.
+PHASE_COLUMNS = ("startup", "discovery", "rendezvous", "outputs", "install", "set_env",
+                 "config")
+
+
 def format_report(report: SimReport) -> str:
-    lines = []
-    if report.table_text:
-        lines.append(report.table_text.rstrip())
-    lines.append("")
-    lines.append(f"{'node':>5} {'exit':>5} {'seconds':>8}  message")
+    """One line per server (where it sits in the table, its exit, where its time went),
+    failures with their last message, then the verdict. The table itself is in the shared
+    dir (its path is printed), in `--json`, and in `--table-out FILE`."""
+    phases = [r.phases() for r in report.results]
+    columns = [p for p in PHASE_COLUMNS if any(p in ph for ph in phases)]
+    header = (f"{'node':>5}  {'server':<15} {'pod IP':<15} {'devices':>7} {'ranks':>9} "
+              f"{'exit':>4} {'seconds':>7}" + "".join(f" {c:>10}" for c in columns))
+    lines = [header]
+    for r, ph in zip(report.results, phases):
+        row = server_summary(report.table_text, r, report.spec.devices)
+        lines.append(
+            f"{r.index:>5}  {row['server'] or '-':<15} {row['pod_ip'] or '-':<15} "
+            f"{row['devices']:>7} {row['ranks'] or '-':>9} {r.exit_code:>4} "
+            f"{r.seconds:>7.2f}"
+            + "".join(f" {ph[c]:>10.3f}" if c in ph else f" {'-':>10}" for c in columns))
     for r in report.results:
-        msg = "ok" if r.exit_code == 0 else r.last_error
-        lines.append(f"{r.index:>5} {r.exit_code:>5} {r.seconds:>8.2f}  {msg}")
+        if r.exit_code != 0:
+            lines.append(f"node {r.index}: exit {r.exit_code}: {r.last_error or 'no message'}")
     tables = [r.state_dir / "ranktable.json" for r in report.results]
     held = {t.read_bytes() for t in tables if t.is_file()}
     holding = sum(t.is_file() for t in tables)
@@ -279,4 +337,7 @@ def format_report(report: SimReport) -> str:
         f"{sum(r.exit_code == 0 for r in report.results)} ok, {verdict}, "
         f"{report.wall_seconds:.2f} s wall; shared dir {report.shared_dir}"
     )
+    if report.table_text:
+        lines.append(f"rank table: {report.shared_dir / f'ranktable-{report.spec.run_id}.json'}"
+                     " (--json prints it, --table-out FILE copies it)")
     return "\n".join(lines)
