@@ -28,6 +28,8 @@ from ascend_node.mindie import (
     write_config,
 )
 from ascend_node.outputs import StatusDoc, write_env, write_status
+from ascend_node.preflight.stage import check_reachability
+from ascend_node.rendezvous.store import RunPaths
 from ascend_node.setenv import capture_set_env, set_env_scripts_from_env
 from ascend_node.settings import Settings
 
@@ -147,6 +149,7 @@ def _configure_mindie(
 def boot(
     settings: Settings, environ: Mapping[str, str], result: TableResult, opts: BootOptions,
 ) -> NoReturn:
+    reachability(settings, result)
     argv, env, added = prepare_exec(settings, environ, result, opts)
     write_env(settings.state_dir, added, settings.file_owner)
     write_status(settings.state_dir, StatusDoc(
@@ -158,6 +161,25 @@ def boot(
     # The last event this process writes: after exec the server owns the pid.
     events.record("exec", now, now, "exec", command=argv[0], launcher=opts.launcher)
     exec_command(argv, env)
+
+
+def reachability(settings: Settings, result: TableResult) -> None:
+    """Pre-flight pings right after the table, before the slow steps: every node gets
+    here within about one poll of the others, so their results meet within seconds."""
+    if settings.shared_dir is None or result.preflight == "off":
+        return
+    write_status(settings.state_dir, StatusDoc(
+        state="in_progress", phase="preflight", command="boot", run_id=result.run_id,
+        attempt_id=result.attempt_id, node=result.discovery.identity.name))
+    with events.phase("preflight", policy=result.preflight) as detail:
+        found = check_reachability(
+            settings.state_dir, result.preflight, result.preflight_doc or {},
+            RunPaths(settings.shared_dir, result.run_id), result.attempt_id,
+            result.discovery.identity, result.table, result.discovery.hccn_tool,
+            settings.preflight_ping_timeout, result.started, settings.poll_interval)
+        if found is not None:
+            detail.update(pings=len(found.pings), cluster_pings=found.cluster_pings,
+                          unreachable=len(found.unreachable))
 
 
 def describe(argv: Sequence[str], added: Mapping[str, Any]) -> str:

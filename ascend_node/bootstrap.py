@@ -10,11 +10,11 @@ import json
 import logging
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from ascend_node import devices as dev
 from ascend_node import events, logs
@@ -23,6 +23,7 @@ from ascend_node.hostinfo import default_route_ip, sandbox_facts
 from ascend_node.identity import NodeIdentity, fallback_incarnation, read_identity
 from ascend_node.mindcluster import SourceChoice, choose_table_source
 from ascend_node.outputs import StatusDoc, write_status, write_table_outputs
+from ascend_node.preflight.stage import HealthProbe, record_cluster
 from ascend_node.rendezvous.models import DeviceRecord, MemberData
 from ascend_node.rendezvous.protocol import Rendezvous, node0_failure, publish_failure
 from ascend_node.rendezvous.store import RunPaths
@@ -52,6 +53,9 @@ class TableResult:
     env: dict[str, str]
     shared_table: Path
     seconds: float
+    started: float = 0.0  # the agent's start (time.monotonic)
+    preflight: str = "off"  # the policy in force
+    preflight_doc: Optional[dict[str, Any]] = None  # what the rendezvous stage found
 
 
 def identify(environ: Mapping[str, str]) -> NodeIdentity:
@@ -63,9 +67,13 @@ def identify(environ: Mapping[str, str]) -> NodeIdentity:
 
 
 def discover(
-    settings: Settings, environ: Mapping[str, str], identity: Optional[NodeIdentity] = None
+    settings: Settings, environ: Mapping[str, str], identity: Optional[NodeIdentity] = None,
+    on_devices: Optional[Callable[[Sequence[int], str], None]] = None,
 ) -> Discovery:
-    """Steps 1-2: identity, then devices and their RoCE IPs. Writes nothing."""
+    """Steps 1-2: identity, then devices and their RoCE IPs. Writes nothing.
+
+    `on_devices(ids, hccn_tool)` runs once the devices are known, before their IPs are
+    asked for (the pre-flight starts its own probes there, to run alongside)."""
     identity = identity or identify(environ)
     npu_smi = dev.resolve_tool(settings.npu_smi, "npu-smi", dev.DEFAULT_NPU_SMI)
     ids = dev.enumerate_devices(
@@ -73,6 +81,8 @@ def discover(
         explicit_source="--devices" if settings.sources.get("devices") == "flag --devices"
         else "ASCEND_NODE_DEVICES")
     hccn_tool = dev.resolve_tool(settings.hccn_tool, "hccn_tool", dev.DEFAULT_HCCN_TOOL)
+    if on_devices is not None:
+        on_devices(ids.ids, hccn_tool)
     started = time.monotonic()
     # The super-pod probe (npu-smi) runs beside the IP queries (hccn_tool): on an A2 node
     # it costs two npu-smi calls, which would otherwise add to every pod start.
@@ -150,11 +160,15 @@ def require_rendezvous_settings(settings: Settings) -> tuple[Path, str]:
 
 def ranktable(
     settings: Settings, environ: Mapping[str, str], started: float, command: str = "ranktable",
+    preflight: str = "off",
 ) -> TableResult:
     """Steps 1-5: discover, meet the peers, write the table and the env files.
 
-    With MindCluster's hccl.json as the source (`table_source`), steps 1-3 are replaced
-    by waiting for that file (`ascend_node.mindcluster`); the outputs are the same.
+    `preflight` (strict|warn|off, `preflight.policy`): publish this node's device health
+    with its data, for node 0 to judge with the membership. With MindCluster's hccl.json
+    as the source (`table_source`), steps 1-3 are replaced by waiting for that file
+    (`ascend_node.mindcluster`); the outputs are the same, and there is no pre-flight
+    (no rendezvous to publish in).
     """
     source = table_source(settings)
     log.info("rank table source: %s (%s)", source.source, source.why)
@@ -173,8 +187,15 @@ def ranktable(
         with events.phase("discovery") as detail:
             identity = identify(environ)
             logs.set_node(identity.global_index, identity.pod_ip)
-            found = discover(settings, environ, identity)
+            probe = HealthProbe(preflight, settings.tool_timeout)
+            found = discover(settings, environ, identity, on_devices=probe.start)
+            # The pre-flight's health probes ran beside the IP queries; what is left of
+            # them is part of discovery.
+            health, probe_seconds, probe_wait = probe.result([d.ip for d in found.devices])
             detail.update(node=identity.name, devices=len(found.devices))
+            if health is not None:
+                detail.update(preflight_probe_seconds=round(probe_seconds, 3),
+                              preflight_probe_wait=round(probe_wait, 3))
     except AscendNodeError as exc:
         if identity is not None:
             _publish_local_failure(paths, identity, exc, deadline)
@@ -194,10 +215,16 @@ def ranktable(
         progress_interval=settings.progress_interval,
         allow_uneven_devices=settings.allow_uneven_devices,
         table_version=settings.table_version,
+        health=health,
+        preflight=preflight,
     )
     with events.phase("rendezvous", node=identity.name, nodes=identity.node_count) as detail:
         outcome = rdzv.run()
         detail["attempt"] = outcome.attempt_id
+        if outcome.warnings:
+            detail["preflight_warnings"] = len(outcome.warnings)
+    cluster = record_cluster(settings.state_dir, preflight, outcome.warnings,
+                             probe_seconds, probe_wait)
     with events.phase("outputs"):
         table = json.loads(outcome.ranktable_text)
         env = write_table_outputs(
@@ -208,7 +235,7 @@ def ranktable(
     log.info("rank table ready (attempt %s, %d servers, world size %s) in %.2f s",
              outcome.attempt_id, len(table["server_list"]), env["WORLD_SIZE"], seconds)
     return TableResult(found, run_id, outcome.attempt_id, table, outcome.ranktable_text, env,
-                       paths.shared_table, seconds)
+                       paths.shared_table, seconds, started, preflight, cluster)
 
 
 def _publish_local_failure(

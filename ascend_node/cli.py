@@ -99,6 +99,10 @@ TableSource = Annotated[Optional[str], typer.Option(
 HcclJson = Annotated[Optional[Path], typer.Option(
     "--hccl-json", help="MindCluster's rank table (env ASCEND_NODE_HCCL_JSON; "
     "/user/serverid/devindex/config/hccl.json)", show_default=False)]
+Preflight = Annotated[Optional[str], typer.Option(
+    "--preflight", help="strict | warn | off: device health at the rendezvous, pings before "
+    "exec (env ASCEND_NODE_PREFLIGHT; strict, warn with a training launcher)",
+    show_default=False)]
 Json = Annotated[bool, typer.Option("--json", help="Print a JSON document on stdout")]
 Verbose = Annotated[bool, typer.Option("--verbose", "-v",
                                        help="Say where every setting came from")]
@@ -255,7 +259,7 @@ def ranktable(
     state_dir: StateDir = None, devices: Devices = None, hccn_tool: HccnTool = None,
     file_owner: FileOwner = None, allow_uneven_devices: AllowUneven = False,
     table_version: TableVersion = None, table_source: TableSource = None,
-    hccl_json: HcclJson = None,
+    hccl_json: HcclJson = None, preflight: Preflight = None,
     json_out: Json = False, verbose: Verbose = False, debug: Debug = False,
 ) -> None:
     """Steps 1-5: meet the peers and write the rank table; exit 0 when this node holds it."""
@@ -268,7 +272,10 @@ def ranktable(
 
         settings = _settings(verbose, **_option_flags(locals()))
         box["settings"] = settings
-        result = run_ranktable(settings, os.environ, STARTED)
+        from ascend_node.preflight.policy import effective_policy
+
+        result = run_ranktable(settings, os.environ, STARTED,
+                               preflight=effective_policy(settings.preflight, "ranktable"))
         write_status(settings.state_dir, StatusDoc(
             state="done", phase="ranktable", command="ranktable", exit_code=0,
             run_id=result.run_id, attempt_id=result.attempt_id,
@@ -374,7 +381,7 @@ def boot(
     state_dir: StateDir = None, devices: Devices = None, hccn_tool: HccnTool = None,
     file_owner: FileOwner = None, allow_uneven_devices: AllowUneven = False,
     master_port: MasterPort = None, table_version: TableVersion = None,
-    table_source: TableSource = None, hccl_json: HcclJson = None,
+    table_source: TableSource = None, hccl_json: HcclJson = None, preflight: Preflight = None,
     launcher: Annotated[Optional[str], typer.Option(
         "--launcher", help="mindie | msrun | ranktable-env | torch (env ASCEND_NODE_LAUNCHER; "
         "mindie)", show_default=False)] = None,
@@ -404,7 +411,10 @@ def boot(
         box["settings"] = settings
         opts = boot_options_from_env(os.environ, launcher, list(ctx.args), https,
                                      model_name, model_weight_path)
-        result = run_ranktable(settings, os.environ, STARTED, command="boot")
+        from ascend_node.preflight.policy import effective_policy
+
+        policy = effective_policy(settings.preflight, "boot", opts.launcher)
+        result = run_ranktable(settings, os.environ, STARTED, command="boot", preflight=policy)
         run_boot(settings, os.environ, result, opts)
 
 

@@ -368,3 +368,20 @@ def probe(
 ) -> ToolResult:
     """Optional probes (`-link`, `-net_health`, `-tls`) used by doctor."""
     return runner([hccn_tool, "-i", str(dev_id), f"-{what}", "-g"], timeout=tool_timeout)
+
+
+def id_list(ids: Sequence[int]) -> str:
+    """`0-3,6` for [0, 1, 2, 3, 6]: short enough for a one-line cause (the inverse of
+    `parse_device_list`)."""
+    out: list[str] = []
+    run: list[int] = []
+    for i in sorted(set(ids)):
+        if run and i == run[-1] + 1:
+            run.append(i)
+            continue
+        if run:
+            out.append(f"{run[0]}-{run[-1]}" if len(run) > 2 else ",".join(map(str, run)))
+        run = [i]
+    if run:
+        out.append(f"{run[0]}-{run[-1]}" if len(run) > 2 else ",".join(map(str, run)))
+    return ",".join(out)

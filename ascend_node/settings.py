@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from ascend_node.errors import ConfigError
 from ascend_node.identity import check_run_id, run_id_from_volcano_hosts
+from ascend_node.preflight.policy import parse_policy
 
 DEFAULT_HCCL_JSON = "/user/serverid/devindex/config/hccl.json"
 """Where MindCluster's Ascend Operator mounts the rank table it writes (facts §2.4)."""
@@ -47,6 +48,9 @@ class Settings(BaseModel):
     table_version: Literal["auto", "1.0", "1.2"] = "auto"
     table_source: Literal["auto", "volume", "mindcluster"] = "auto"
     hccl_json: Path = Path(DEFAULT_HCCL_JSON)
+    # None: strict, or warn for `boot` into a training launcher (preflight.policy)
+    preflight: Optional[Literal["strict", "warn", "off"]] = None
+    preflight_ping_timeout: float = Field(5.0, gt=0, le=120)
     sources: dict[str, str] = Field(default_factory=dict)
 
     @field_validator("file_owner", mode="before")
@@ -115,6 +119,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("table_source", "--table-source", "ASCEND_NODE_TABLE_SOURCE", (),
            _choice("auto", "volume", "mindcluster")),
     Option("hccl_json", "--hccl-json", "ASCEND_NODE_HCCL_JSON", (), Path),
+    Option("preflight", "--preflight", "ASCEND_NODE_PREFLIGHT", (), parse_policy),
+    Option("preflight_ping_timeout", None, "ASCEND_NODE_PREFLIGHT_PING_TIMEOUT", (), float),
 )
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from ascend_node import events
+from ascend_node.preflight.report import read_preflight
 from ascend_node.statedir import StatusDoc, read_status
 
 EXIT_DONE, EXIT_FAILED, EXIT_IN_PROGRESS = 0, 1, 3
@@ -25,6 +26,7 @@ class StatusView:
     detail: str
     doc: Optional[StatusDoc]
     events: tuple[dict[str, Any], ...] = ()  # the newest run's, from events.jsonl
+    preflight: Optional[dict[str, Any]] = None  # <state-dir>/preflight.json, when written
 
     def line(self) -> str:
         return f"{self.state}: {self.detail}" if self.detail else self.state
@@ -41,6 +43,8 @@ class StatusView:
         out["phases"] = [{k: r[k] for k in ("phase", "seconds", "outcome", "count")}
                          for r in events.summarize(self.events)]
         out["events"] = list(self.events)
+        if self.preflight is not None:
+            out["preflight"] = self.preflight
         return out
 
 
@@ -56,7 +60,8 @@ def _alive(pid: int) -> bool:
 
 def current_status(state_dir: Path) -> StatusView:
     view = _status(state_dir)
-    return replace(view, events=tuple(events.last_run(events.read_events(state_dir))))
+    return replace(view, events=tuple(events.last_run(events.read_events(state_dir))),
+                   preflight=read_preflight(state_dir))
 
 
 def _status(state_dir: Path) -> StatusView:

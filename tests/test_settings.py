@@ -38,6 +38,7 @@ def test_every_flag_has_an_environment_twin() -> None:
         "--devices": "ASCEND_NODE_DEVICES", "--hccn-tool": "ASCEND_NODE_HCCN_TOOL",
         "--file-owner": "ASCEND_NODE_FILE_OWNER",
         "--allow-uneven-devices": "ASCEND_NODE_ALLOW_UNEVEN_DEVICES",
+        "--preflight": "ASCEND_NODE_PREFLIGHT",
     }
     assert {o.flag: o.env for o in names.values() if o.flag in contract} == contract
 

@@ -9,96 +9,21 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Optional, Union
+from typing import Any, Optional
 
 from ascend_node import devices as dev
 from ascend_node.doctor.report import CheckResult, Finding, id_list, ok, verdict
-from ascend_node.errors import ToolError
+from ascend_node.hccn import HEALTHY_NET as HEALTHY_NET
+from ascend_node.hccn import DeviceState as DeviceState
+from ascend_node.hccn import printed as printed
+from ascend_node.hccn import query_device_states as query_device_states
 from ascend_node.netcheck import family, parse_ip, unusable_reason
-from ascend_node.tools import ToolResult, run_tool
 
-HEALTHY_NET = ("Success", "Init")  # MindCluster treats both as healthy (facts §1.1)
 TLS_FIX = ("set one value on every card of every node, e.g. `hccn_tool -i <id> -tls -s "
            "enable 0` for each device (MindIE's FAQ); HCCL refuses mixed TLS switches (EI0016)")
 IP_FIX = ("give the device a RoCE address on the host (hccn_tool's IP setting, or "
           "address_{i}=/netmask_{i}= in /etc/hccn.conf applied by the driver)")
-
-
-
-@dataclass(frozen=True)
-class DeviceState:
-    """What the driver tools and hccn.conf say about one NPU (gathered, not judged).
-
-    `errors[what]` holds why a probe (`ip`, `link`, `net_health`, `tls`) gave no value:
-    the tool error, or what the tool printed when it had no recognisable line.
-    """
-
-    device_id: int
-    ip: str = ""
-    netmask: str = ""
-    conf_ip: str = ""
-    conf_netmask: str = ""
-    link: Optional[str] = None
-    health: Optional[str] = None
-    tls: Optional[int] = None
-    errors: Mapping[str, str] = field(default_factory=dict)
-
-    @property
-    def usable_ip(self) -> bool:
-        return bool(self.ip) and unusable_reason(self.ip) is None
-
-
-def printed(res: ToolResult) -> str:
-    """What a tool printed, cut to one line: the cause when its output had no usable value."""
-    text = (res.stdout + res.stderr).strip().replace("\n", "\\n")
-    return f"`{res.command}` printed {text[:160]!r} (exit {res.returncode})"
-
-
-def query_device_states(
-    ids: Sequence[int], hccn_tool: str, tool_timeout: float, conf: Mapping[int, Mapping[str, str]],
-    runner: Callable[..., ToolResult] = run_tool, max_workers: int = 16,
-) -> list[DeviceState]:
-    """Every probe of every device, concurrently, each call with its own timeout."""
-    probes = ("ip", "link", "net_health", "tls")
-
-    def one(job: tuple[int, str]) -> tuple[int, str, Union[ToolResult, ToolError]]:
-        dev_id, what = job
-        try:
-            return dev_id, what, dev.probe(dev_id, what, hccn_tool, tool_timeout, runner)
-        except ToolError as exc:
-            return dev_id, what, exc
-
-    jobs = [(i, w) for i in ids for w in probes]
-    workers = max(1, min(max_workers, len(jobs)))
-    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="doctor") as pool:
-        answers = list(pool.map(one, jobs))
-    by_dev: dict[int, dict[str, Any]] = {i: {"errors": {}} for i in ids}
-    for dev_id, what, res in answers:
-        slot = by_dev[dev_id]
-        if isinstance(res, ToolError):
-            slot["errors"][what] = res.cause
-            continue
-        text = res.stdout + res.stderr
-        if what == "ip":
-            slot["ip"], slot["netmask"] = dev.parse_hccn_ip(res.stdout)
-            if not slot["ip"]:
-                slot["errors"]["ip"] = printed(res)
-            continue
-        parsed: Any = {"link": dev.parse_link_status, "net_health": dev.parse_net_health,
-                       "tls": dev.parse_tls_switch}[what](text)
-        if parsed is None:
-            slot["errors"][what] = printed(res)
-        else:
-            slot["health" if what == "net_health" else what] = parsed
-    out = []
-    for i in ids:
-        entry = conf.get(i, {})
-        out.append(DeviceState(device_id=i, conf_ip=entry.get("address", ""),
-                               conf_netmask=entry.get("netmask", ""), **by_dev[i]))
-    return out
 
 
 def read_hccn_conf(path: Path) -> tuple[Optional[dict[int, dict[str, str]]], str]:

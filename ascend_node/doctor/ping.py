@@ -5,32 +5,24 @@ network)."""
 from __future__ import annotations
 
 import hashlib
-import re
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
-from typing import Callable, Optional, Union
+from typing import Union
 
 from ascend_node.doctor.facts import DoctorFacts, usable
-from ascend_node.doctor.local import printed
 from ascend_node.doctor.report import CheckResult, Finding, verdict
 from ascend_node.errors import ToolError
+from ascend_node.hccn import PING_WORKERS as PING_WORKERS
+from ascend_node.hccn import PingPair as PingPair
+from ascend_node.hccn import parse_ping as parse_ping
+from ascend_node.hccn import ping_argv as ping_argv
+from ascend_node.hccn import printed
+from ascend_node.hccn import run_pings as run_pings
 from ascend_node.identity import node_name
-from ascend_node.netcheck import family
-from ascend_node.tools import ToolResult, run_tool
+from ascend_node.tools import ToolResult
 
 PING_PAIR_LIMIT = 64
 """At most this many (local device, peer device) pings: 64 nodes x 16 NPUs would be
 16,000 pairs; a deterministic sample still finds a broken switch port or plane."""
-PING_WORKERS = 16
-
-
-@dataclass(frozen=True)
-class PingPair:
-    device_id: int
-    peer: int
-    peer_device: int
-    address: str
 
 
 def ping_pairs(mine: DoctorFacts, peers: Sequence[DoctorFacts], limit: int = PING_PAIR_LIMIT
@@ -64,40 +56,6 @@ def ping_pairs(mine: DoctorFacts, peers: Sequence[DoctorFacts], limit: int = PIN
     chosen = sorted(sorted(pairs, key=key)[:limit],
                     key=lambda p: (p.peer, p.device_id))
     return chosen, skipped, len(pairs) - limit
-
-
-_PING_SUMMARY = re.compile(
-    r"(\d+)\s+packets transmitted,\s*(\d+)\s+received,\s*([0-9.]+)%\s*packet loss")
-
-
-def parse_ping(text: str) -> Optional[tuple[int, int, float]]:
-    """(transmitted, received, loss %) from hccn_tool's ping summary line, else None."""
-    m = _PING_SUMMARY.search(text)
-    return (int(m.group(1)), int(m.group(2)), float(m.group(3))) if m else None
-
-
-def ping_argv(hccn_tool: str, pair: PingPair) -> list[str]:
-    """IPv4: `-ping -g address X`; IPv6: `-ping -inet6 -g ipv6_address X` (facts §1.1)."""
-    if family(pair.address) == 6:
-        return [hccn_tool, "-i", str(pair.device_id), "-ping", "-inet6", "-g",
-                "ipv6_address", pair.address]
-    return [hccn_tool, "-i", str(pair.device_id), "-ping", "-g", "address", pair.address]
-
-
-def run_pings(pairs: Sequence[PingPair], hccn_tool: str, timeout: float,
-              runner: Callable[..., ToolResult] = run_tool, workers: int = PING_WORKERS,
-              ) -> list[tuple[PingPair, Union[ToolResult, ToolError]]]:
-    def one(p: PingPair) -> tuple[PingPair, Union[ToolResult, ToolError]]:
-        try:
-            return p, runner(ping_argv(hccn_tool, p), timeout=timeout)
-        except ToolError as exc:
-            return p, exc
-
-    if not pairs:
-        return []
-    with ThreadPoolExecutor(max_workers=max(1, min(workers, len(pairs))),
-                            thread_name_prefix="ping") as pool:
-        return list(pool.map(one, pairs))
 
 
 def check_ping(results: Sequence[tuple[PingPair, Union[ToolResult, ToolError]]],

@@ -11,6 +11,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Optional
 
+from ascend_node.devices import id_list as id_list
+
 Status = Literal["ok", "warn", "fail"]
 _SEVERITY: dict[str, int] = {"ok": 0, "warn": 1, "fail": 2}
 EXIT_CODES: dict[str, int] = {"ok": 0, "warn": 3, "fail": 1}
@@ -110,19 +112,3 @@ class DoctorReport:
         lines.append(f"{state}: {counts['fail']} fail, {counts['warn']} warn, "
                      f"{counts['ok']} ok (exit {self.exit_code})")
         return "\n".join(lines)
-
-
-def id_list(ids: Sequence[int]) -> str:
-    """`0-3,6` for [0, 1, 2, 3, 6]: short enough for a one-line cause."""
-    out: list[str] = []
-    run: list[int] = []
-    for i in sorted(set(ids)):
-        if run and i == run[-1] + 1:
-            run.append(i)
-            continue
-        if run:
-            out.append(f"{run[0]}-{run[-1]}" if len(run) > 2 else ",".join(map(str, run)))
-        run = [i]
-    if run:
-        out.append(f"{run[0]}-{run[-1]}" if len(run) > 2 else ",".join(map(str, run)))
-    return ",".join(out)

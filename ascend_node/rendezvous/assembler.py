@@ -89,10 +89,11 @@ class Assembler(Participant):
                      for i in range(self.identity.node_count)}
             verdict = decide.evaluate(slots, self.identity.node_count,
                                       self.identity.master_count, self.allow_uneven_devices,
-                                      self.identity.job_version, self.table_version)
+                                      self.identity.job_version, self.table_version,
+                                      self.preflight)
             if isinstance(verdict, decide.Complete):
                 if settled == verdict.members:
-                    return self._complete(attempt_id, verdict.members)
+                    return self._complete(attempt_id, verdict.members, verdict.warnings)
                 # Everyone is present: read every slot once more, afresh, and complete
                 # only if nothing changed. Afresh, because some filesystems (sshfs) keep
                 # the inode on replace and stamp mtimes to the second, which the slot
@@ -233,7 +234,8 @@ class Assembler(Participant):
         ), self.paths.shared_dir)
         raise ClusterInconsistent(verdict.reason, restart_hint(self.paths))
 
-    def _complete(self, attempt_id: str, members: Sequence[MemberDoc]) -> OutcomeDoc:
+    def _complete(self, attempt_id: str, members: Sequence[MemberDoc],
+                  warnings: Sequence[str] = ()) -> OutcomeDoc:
         table = build_rank_table([to_server(m.data) for m in members], self.table_version)
         text = render_rank_table(table)
         outcome = OutcomeDoc(
@@ -243,6 +245,7 @@ class Assembler(Participant):
                           for m in members),
             ranktable_text=text,
             ranktable_sha256=hashlib.sha256(text.encode()).hexdigest(),
+            warnings=tuple(w[:2000] for w in warnings[:64]),
         )
         write_doc(self.paths.outcome(attempt_id), outcome, self.paths.shared_dir)
         self._publish_shared_table(outcome)

@@ -22,6 +22,7 @@ from typing import Optional, Union
 
 from ascend_node.identity import node_name
 from ascend_node.netcheck import family
+from ascend_node.preflight.judge import apply_policy, judge_health
 from ascend_node.ranktable import NodeSuperPodReport, VersionConflict, choose_table_version
 from ascend_node.rendezvous.models import (
     AttemptDoc,
@@ -127,6 +128,7 @@ class Abort:
 @dataclass(frozen=True)
 class Complete:
     members: tuple[MemberDoc, ...]
+    warnings: tuple[str, ...] = ()  # pre-flight findings that do not stop the cluster
 
 
 def evaluate(
@@ -136,12 +138,14 @@ def evaluate(
     allow_uneven_devices: bool,
     job_version: Optional[int] = None,
     table_version: str = "auto",
+    preflight: str = "off",
 ) -> Union[Waiting, Abort, Complete]:
     """Judge the present slots; abort as soon as an inconsistency is certain.
 
     Checks run on whoever is present, so a device-IP collision, a count mismatch or a
     half-super-pod cluster (`table_version`, see `choose_table_version`) ends the
-    attempt at once instead of at the timeout.
+    attempt at once instead of at the timeout. `preflight` (strict|warn|off) says what
+    the members' published device health does (`preflight.judge`).
     """
 
     def name(i: int) -> str:
@@ -176,10 +180,16 @@ def evaluate(
         abort = _super_pod_check(members, master_count, table_version)
     if abort is not None:
         return abort
+    health = apply_policy(judge_health(
+        {i: m.health for i, m in members.items() if m.health is not None}, master_count),
+        preflight)
+    if health.faults:
+        return Abort("; also ".join(f.reason for f in health.faults),
+                     tuple(sorted({i for f in health.faults for i in f.nodes})))
     missing = tuple(i for i in range(node_count) if i not in members)
     if missing:
         return Waiting(tuple(sorted(members)), missing, invalid)
-    return Complete(tuple(members[i] for i in range(node_count)))
+    return Complete(tuple(members[i] for i in range(node_count)), health.warnings)
 
 
 def _versions_differ(a: Optional[int], b: Optional[int]) -> bool:

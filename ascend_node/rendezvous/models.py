@@ -12,6 +12,8 @@ from typing import Annotated, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ascend_node.preflight.models import NodeHealth
+
 SCHEMA_VERSION: Literal[1] = 1
 _ID = r"^[A-Za-z0-9_.:-]{1,128}$"
 
@@ -62,6 +64,7 @@ class MemberDoc(_Doc):
     """True when this pod found the slot already holding another pod's document: a twin
     or a re-created pod. Node 0 then gives the other pod a poll to object before it
     completes; an uncontested slot was the first document in it (exclusive create)."""
+    health: Optional[NodeHealth] = None  # pre-flight facts; not in the digest (restarts)
 
 
 class FailureDoc(_Doc):
@@ -118,6 +121,7 @@ class OutcomeDoc(_Doc):
     reason: str = Field(default="", max_length=8000)
     nodes: tuple[int, ...] = ()
     participants: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = Field(default=(), max_length=64)  # pre-flight, for everyone
 
     def record_for(self, index: int) -> Optional[TableRecord]:
         if 0 <= index < len(self.members) and self.members[index].global_index == index:

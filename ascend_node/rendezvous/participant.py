@@ -17,6 +17,7 @@ from typing import Callable, Optional
 from ascend_node import __version__
 from ascend_node.errors import ClusterInconsistent
 from ascend_node.identity import NodeIdentity, node_name
+from ascend_node.preflight.models import NodeHealth
 from ascend_node.ranktable import DeviceEntry, ServerEntry
 from ascend_node.rendezvous import decide
 from ascend_node.rendezvous.freshness import Freshness
@@ -53,6 +54,8 @@ class Participant:
     progress_interval: float = 10.0
     allow_uneven_devices: bool = False
     table_version: str = "auto"  # --table-version: auto | 1.0 | 1.2
+    health: Optional[NodeHealth] = None  # published beside the data (pre-flight)
+    preflight: str = "off"  # what node 0 does with the health facts: strict|warn|off
     clock: Callable[[], float] = time.monotonic
     sleep: Callable[[float], None] = time.sleep
     _warned: set[str] = field(default_factory=set)
@@ -103,6 +106,7 @@ class Participant:
             data=self.data,
             job_version=self.identity.job_version,
             contested=contested,
+            health=self.health,
         )
 
     def _publish(self, attempt_id: str, found: decide.SlotState) -> None:

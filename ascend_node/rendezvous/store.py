@@ -7,6 +7,7 @@ Layout (ours to choose, DESIGN "Files"):
     <shared>/.ascend-node/<run>/attempts/<id>/node-<g>.json   one per node (that node only)
     <shared>/.ascend-node/<run>/attempts/<id>/outcome.json    table or abort (node 0 only)
     <shared>/.ascend-node/<run>/attempts/<id>/progress.json   who is missing (node 0 only)
+    <shared>/.ascend-node/<run>/attempts/<id>/reach-<g>.json  pre-flight pings (`preflight.reach`)
 
 Every name is known in advance, so nobody needs a directory listing (network
 filesystems cache listings for tens of seconds). A name is not enough on NFS, whose

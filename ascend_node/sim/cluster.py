@@ -89,6 +89,7 @@ class SimNode:
     start_delay: float = 0.0
     argv: list[str] = field(default_factory=list)
     seat: Optional[SuperPodSeat] = None
+    unreachable: set[str] = field(default_factory=set)  # peer IPs no local device reaches
 
 
 @dataclass
@@ -211,7 +212,7 @@ def prepare(spec: SimSpec, work: Path, shared_dir: Path) -> list[SimNode]:
 def launch(nodes: Sequence[SimNode], timeout: float) -> list[NodeResult]:
     """Start every node (after its start delay) and wait for all; returns in index order."""
     for node in nodes:
-        write_node_data(node.data_dir, node.devices, node.seat)
+        write_node_data(node.data_dir, node.devices, node.seat, node.unreachable)
     procs: dict[int, tuple[subprocess.Popen[bytes], float, Any, Any]] = {}
     order = sorted(nodes, key=lambda n: n.start_delay)
     t0 = time.monotonic()

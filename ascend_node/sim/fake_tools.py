@@ -9,7 +9,7 @@ ping summary.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
@@ -30,6 +30,9 @@ if [ -n "${ASCEND_NODE_SIM_DELAY:-}" ]; then sleep "$ASCEND_NODE_SIM_DELAY"; fi
 d=${ASCEND_NODE_SIM_DATA:?ASCEND_NODE_SIM_DATA is not set}
 if [ "$what" = ping ]; then
   if [ -f "$d/$dev.ping.$addr" ]; then cat "$d/$dev.ping.$addr"; exit 0; fi
+  if [ -f "$d/unreachable" ] && grep -qxF "$addr" "$d/unreachable"; then
+    sed "s/@ADDR@/$addr/g; s/@DEV@/$dev/g" "$d/lost.ping"; exit 0
+  fi
   if [ -f "$d/$dev.ping" ]; then sed "s/@ADDR@/$addr/g" "$d/$dev.ping"; exit 0; fi
 fi
 if [ -f "$d/$dev.$what" ]; then cat "$d/$dev.$what"; exit 0; fi
@@ -162,10 +165,14 @@ def install_boot_fakes(work: Path) -> tuple[Path, Path, Path]:
 
 
 def write_node_data(data_dir: Path, devices: list[FakeDevice],
-                    seat: Optional[SuperPodSeat] = None) -> None:
-    """The files one node's fake tools answer from (`seat`: an A3 super-pod node)."""
+                    seat: Optional[SuperPodSeat] = None,
+                    unreachable: Iterable[str] = ()) -> None:
+    """The files one node's fake tools answer from (`seat`: an A3 super-pod node).
+    `unreachable`: peer addresses that no device of this node reaches (a node's
+    reachability set; `FakeDevice.unreachable` is the same per device)."""
     data_dir.mkdir(parents=True, exist_ok=True)
-    files: dict[str, str] = {}
+    files: dict[str, str] = {"lost.ping": PING_LOST.format(dev="@DEV@"),
+                             "unreachable": "".join(f"{a}\n" for a in sorted(unreachable))}
     for d in devices:
         i = d.device_id
         files[f"{i}.ip"] = f"ipaddr:{d.ip}\nnetmask:{d.netmask}\n" if d.ip is not None else "\n"

@@ -1,0 +1,35 @@
+"""`--preflight strict|warn|off`: what a failed check does (DESIGN, options table).
+
+`strict` ends the start-up with 5 (the default, and always the default for
+`ranktable`); `warn` logs and goes on (the default when `boot` hands over to a training
+launcher, whose users often run on partly healthy clusters on purpose); `off` runs
+nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, Optional
+
+Policy = Literal["strict", "warn", "off"]
+POLICIES: tuple[Policy, ...] = ("strict", "warn", "off")
+TRAINING_LAUNCHERS = ("msrun", "ranktable-env", "torch")
+
+
+def parse_policy(text: str) -> Policy:
+    """For the settings table: the value as given, else ValueError naming the choices."""
+    low = text.strip().lower()
+    for p in POLICIES:
+        if low == p:
+            return p
+    raise ValueError(f"{text!r} is not one of {', '.join(POLICIES)}")
+
+
+def effective_policy(chosen: Optional[Policy], command: str,
+                     launcher: Optional[str] = None) -> Policy:
+    """The policy in force: the one given, else `warn` for `boot` into a training launcher,
+    else `strict`."""
+    if chosen is not None:
+        return chosen
+    if command == "boot" and launcher in TRAINING_LAUNCHERS:
+        return "warn"
+    return "strict"
