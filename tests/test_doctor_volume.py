@@ -5,6 +5,7 @@ the Linux client prints them (nfs_show_mount_options: `lookupcache=pos`, `nocto`
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -97,13 +98,19 @@ def test_probe_measures_and_leaves_nothing_behind(tmp_path):
 def test_probe_keeps_an_existing_state_dir(tmp_path):
     (tmp_path / ".ascend-node" / "run").mkdir(parents=True)
     assert volume.probe_round_trip(tmp_path).seconds is not None
+    assert [p.name for p in tmp_path.iterdir()] == [".ascend-node"]
     assert [p.name for p in (tmp_path / ".ascend-node").iterdir()] == ["run"]
 
 
 def test_probe_on_an_unwritable_volume_fails_with_the_path(tmp_path):
-    (tmp_path / ".ascend-node").write_text("a file where a directory belongs")
-    probe = volume.probe_round_trip(tmp_path)
-    assert probe.seconds is None and ".ascend-node" in probe.error
+    (tmp_path / "ro").mkdir()
+    (tmp_path / "ro").chmod(0o500)
+    if os.access(tmp_path / "ro", os.W_OK):  # root writes anyway: make mkdir fail instead
+        (tmp_path / "ro").chmod(0o700)
+        probe = volume.probe_round_trip(tmp_path / "ro" / "not-a-dir-file")
+    else:
+        probe = volume.probe_round_trip(tmp_path / "ro")
+    assert probe.seconds is None and ".ascend-node-probe-" in probe.error
     result = volume.check_volume_probe(tmp_path, probe)
     assert result.status == "fail" and "read-write" in result.remedy
 

@@ -143,13 +143,10 @@ def probe_round_trip(
 ) -> Probe:
     """Create a file in a private subdirectory and time until a fresh open of it by name
     succeeds, the way a rendezvous wait looks for a peer's file; then remove both."""
-    base = shared_dir / ".ascend-node"
-    probe_dir = base / f"probe-{os.getpid()}-{secrets.token_hex(4)}"
-    made_base = False
+    # Beside, not inside, `.ascend-node`: doctors on several pods run at once, and none
+    # may remove a directory another one is using.
+    probe_dir = shared_dir / f".ascend-node-probe-{os.getpid()}-{secrets.token_hex(4)}"
     try:
-        if not base.is_dir():
-            base.mkdir(mode=0o755)
-            made_base = True
         probe_dir.mkdir(mode=0o700)
     except OSError as exc:
         return Probe(None, f"cannot create {probe_dir}: {exc.strerror or exc}")
@@ -174,9 +171,6 @@ def probe_round_trip(
         return Probe(None, f"cannot write {target}: {exc.strerror or exc}")
     finally:
         shutil.rmtree(probe_dir, ignore_errors=True)
-        if made_base:
-            with contextlib.suppress(OSError):
-                base.rmdir()  # leave the volume as doctor found it
 
 
 def check_volume_probe(shared_dir: Optional[Path], probe: Optional[Probe]) -> CheckResult:
