@@ -6,8 +6,10 @@ an injected clock, so every message is checked without waiting for real timeouts
 
 from __future__ import annotations
 
+import logging
 import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,6 +22,28 @@ from ascend_node.rendezvous.store import RunPaths, write_doc
 from tests.rdzv_docs import RUN, abort_outcome, attempt, data, member
 
 NODES = 4
+
+
+class _Lines(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
+@pytest.fixture
+def logged() -> Iterator[list[str]]:
+    """The rendezvous's log lines, caught on its own logger (the CLI's logging setup may
+    stop propagation to the root logger that caplog listens on)."""
+    logger = logging.getLogger("ascend_node.rendezvous")
+    handler, level = _Lines(), logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    yield handler.lines
+    logger.removeHandler(handler)
+    logger.setLevel(level)
 
 
 def follower(tmp_path: Path, index: int = 2, timeout: float = 30.0, polls_until_timeout: int = 5,
@@ -40,7 +64,7 @@ def follower(tmp_path: Path, index: int = 2, timeout: float = 30.0, polls_until_
                       timeout=timeout, progress_interval=0.0, clock=clock, sleep=sleep)
 
 
-def test_timeout_with_everyone_published_names_node0s_verdict(tmp_path, caplog):
+def test_timeout_with_everyone_published_names_node0s_verdict(tmp_path, logged):
     paths = RunPaths(tmp_path, RUN)
     write_doc(paths.attempt_file, attempt(nodes=NODES), tmp_path)
     for i in range(NODES):
@@ -49,27 +73,25 @@ def test_timeout_with_everyone_published_names_node0s_verdict(tmp_path, caplog):
     # node 0's progress document is stale: it still lists this pod as missing
     write_doc(paths.progress("a1"), ProgressDoc(run_id=RUN, attempt_id="a1", node_count=NODES,
                                                 present=(0, 1, 3), missing=(2,)), tmp_path)
-    caplog.set_level("INFO", logger="ascend_node.rendezvous")
     with pytest.raises(PeerTimeout) as err:
         follower(tmp_path).run()
     text = str(err.value)
     assert "missing: the verdict of master 0 (node 0)" in text
     assert "all 4 nodes had published" in text
     assert "0 of 4" not in text
-    waiting = [r.getMessage() for r in caplog.records if "waiting for" in r.getMessage()]
+    waiting = [line for line in logged if "waiting for" in line]
     assert waiting and all("worker 1 (node 2)" not in line for line in waiting), waiting
     assert "waiting for master 0 (node 0) to build the table" in waiting[-1]
 
 
-def test_progress_line_leaves_this_pod_out_of_node0s_list(tmp_path, caplog):
+def test_progress_line_leaves_this_pod_out_of_node0s_list(tmp_path, logged):
     paths = RunPaths(tmp_path, RUN)
     write_doc(paths.attempt_file, attempt(nodes=NODES), tmp_path)
     write_doc(paths.progress("a1"), ProgressDoc(run_id=RUN, attempt_id="a1", node_count=NODES,
                                                 present=(0,), missing=(1, 2, 3)), tmp_path)
-    caplog.set_level("INFO", logger="ascend_node.rendezvous")
     with pytest.raises(PeerTimeout) as err:
         follower(tmp_path).run()
-    lines = [r.getMessage() for r in caplog.records if "node 0 still waits" in r.getMessage()]
+    lines = [line for line in logged if "node 0 still waits" in line]
     assert lines and "worker 0 (node 1), worker 2 (node 3)" in lines[-1]
     assert "worker 1 (node 2)" not in lines[-1]
     # node 0 itself never published in this test: it is named with the others
