@@ -7,6 +7,11 @@ last pod started to the last pod done, and the ratio agent / floor. Also prints 
 harness alone costs: N pods of `python -c pass` plus one fake `hccn_tool` call per device.
 
     python bench/bench_floor.py [--sizes 2,8,32] [--devices 8] [--trials 3] [--shared DIR]
+        [--preflight]
+
+The agent runs with `ASCEND_NODE_PREFLIGHT=off` unless `--preflight`: the floor makes the
+IP query only, and the pre-flight's link/health/TLS queries are a feature of their own
+(bench/bench_preflight.py measures them).
 
 Target (2 cores): agent <= 1.3x the floor at N = 2 and N = 32; N = 256 agrees.
 """
@@ -50,7 +55,8 @@ def run_pods(argvs: list[list[str]], envs: list[dict[str, str]], limit: float) -
     return time.monotonic() - last_start
 
 
-def trial(kind: str, n: int, devices: int, shared_root: Optional[Path]) -> float:
+def trial(kind: str, n: int, devices: int, shared_root: Optional[Path],
+          preflight: bool = False) -> float:
     work = Path(tempfile.mkdtemp(prefix=f"bench-floor-{kind}-{n}-"))
     shared = Path(tempfile.mkdtemp(dir=shared_root)) if shared_root else work / "shared"
     shared.mkdir(exist_ok=True)
@@ -68,7 +74,11 @@ def trial(kind: str, n: int, devices: int, shared_root: Optional[Path]) -> float
                       "[subprocess.run([t,'-i',d,'-ip','-g'],capture_output=True) "
                       "for d in os.environ['ASCEND_VISIBLE_DEVICES'].split(',')]")
             argvs = [[sys.executable, "-c", script] for _ in nodes]
-        lag = run_pods(argvs, [node.env for node in nodes], limit=600)
+        envs = [dict(node.env) for node in nodes]
+        if kind == "agent" and not preflight:
+            for env in envs:  # the floor asks hccn_tool for IPs only, not link/health/TLS
+                env["ASCEND_NODE_PREFLIGHT"] = "off"
+        lag = run_pods(argvs, envs, limit=600)
         if kind == "agent":
             tables = {(node.state_dir / "ranktable.json").read_bytes() for node in nodes}
             if len(tables) != 1:
@@ -85,6 +95,9 @@ def main() -> None:
     parser.add_argument("--sizes", default="2,8,32")
     parser.add_argument("--devices", type=int, default=8)
     parser.add_argument("--trials", type=int, default=3)
+    parser.add_argument("--preflight", action="store_true",
+                        help="leave the agent's pre-flight health queries on (3 more hccn_tool "
+                             "calls per device, which the floor does not make)")
     parser.add_argument("--shared", type=Path, default=None,
                         help="make each run's shared directory below this one (e.g. NFS)")
     args = parser.parse_args()
@@ -94,7 +107,7 @@ def main() -> None:
         got: dict[str, list[float]] = {"harness": [], "floor": [], "agent": []}
         for _ in range(args.trials):
             for kind in got:
-                got[kind].append(trial(kind, n, args.devices, args.shared))
+                got[kind].append(trial(kind, n, args.devices, args.shared, args.preflight))
         med = {k: statistics.median(v) for k, v in got.items()}
         print(f"{n:>5} {med['harness']:>10.2f} {med['floor']:>10.2f} {med['agent']:>10.2f} "
               f"{med['agent'] / med['floor']:>6.2f}  agent trials "
