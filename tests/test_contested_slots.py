@@ -101,21 +101,28 @@ def test_node0_waits_a_poll_when_a_slot_is_contested(tmp_path):
     assert sleeps == [pytest.approx(0.2 * assembler.SETTLE_POLLS)]
 
 
+class _Stop(Exception):
+    pass
+
+
+def _stop(_s: float) -> None:
+    raise _Stop
+
+
+def _slot_after_first_poll(tmp_path, paths: RunPaths, incarnation: str):
+    """Run node 2 (as `incarnation`) until its first nap, then read its slot."""
+    pod = _pod(tmp_path, 2, incarnation, [])
+    pod.sleep = _stop
+    with pytest.raises(_Stop):
+        pod.run()
+    return read_slot(paths.slot("a1", 2), RUN, "a1").doc  # type: ignore[union-attr]
+
+
 def test_a_pod_finding_another_pods_document_publishes_contested(tmp_path):
     paths = _open_attempt(tmp_path)
     create_doc(paths.slot("a1", 2), member(2, nodes=3, incarnation="uid-old"), tmp_path)
 
-    class Stop(Exception):
-        pass
-
-    def stop(_s: float) -> None:
-        raise Stop
-
-    pod = _pod(tmp_path, 2, "uid-new", [])
-    pod.sleep = stop
-    with pytest.raises(Stop):
-        pod.run()
-    doc = read_slot(paths.slot("a1", 2), RUN, "a1").doc  # type: ignore[union-attr]
+    doc = _slot_after_first_poll(tmp_path, paths, "uid-new")
     assert isinstance(doc, MemberDoc) and doc.incarnation == "uid-new" and doc.contested
 
 
@@ -124,16 +131,6 @@ def test_a_container_restart_into_its_own_slot_is_not_contested(tmp_path):
     old = member(2, nodes=3).model_copy(update={"data": data(2, base=40)})  # other data
     create_doc(paths.slot("a1", 2), old, tmp_path)
 
-    class Stop(Exception):
-        pass
-
-    def stop(_s: float) -> None:
-        raise Stop
-
-    pod = _pod(tmp_path, 2, "uid-2", [])
-    pod.sleep = stop
-    with pytest.raises(Stop):
-        pod.run()
-    doc = read_slot(paths.slot("a1", 2), RUN, "a1").doc  # type: ignore[union-attr]
+    doc = _slot_after_first_poll(tmp_path, paths, "uid-2")
     assert isinstance(doc, MemberDoc) and not doc.contested
     assert doc.data.digest() == data(2).digest()
