@@ -28,7 +28,6 @@ from ascend_node.mindie import (
     write_config,
 )
 from ascend_node.outputs import StatusDoc, write_env, write_status
-from ascend_node.preflight.stage import check_reachability
 from ascend_node.rendezvous.store import RunPaths
 from ascend_node.setenv import capture_set_env, set_env_scripts_from_env
 from ascend_node.settings import Settings
@@ -168,6 +167,8 @@ def reachability(settings: Settings, result: TableResult) -> None:
     here within about one poll of the others, so their results meet within seconds."""
     if settings.shared_dir is None or result.preflight == "off":
         return
+    from ascend_node.preflight.stage import check_reachability  # not imported when off
+
     write_status(settings.state_dir, StatusDoc(
         state="in_progress", phase="preflight", command="boot", run_id=result.run_id,
         attempt_id=result.attempt_id, node=result.discovery.identity.name))

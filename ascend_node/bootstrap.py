@@ -21,14 +21,15 @@ from ascend_node import events, logs
 from ascend_node.errors import AscendNodeError, ConfigError
 from ascend_node.hostinfo import default_route_ip, sandbox_facts
 from ascend_node.identity import NodeIdentity, fallback_incarnation, read_identity
-from ascend_node.mindcluster import SourceChoice, choose_table_source
 from ascend_node.outputs import StatusDoc, write_status, write_table_outputs
-from ascend_node.preflight.stage import HealthProbe, record_cluster
+from ascend_node.preflight.probe import HealthProbe
+from ascend_node.preflight.record import record_cluster
 from ascend_node.rendezvous.models import DeviceRecord, MemberData
 from ascend_node.rendezvous.protocol import Rendezvous, node0_failure, publish_failure
 from ascend_node.rendezvous.store import RunPaths
 from ascend_node.settings import Settings
 from ascend_node.superpod import NodeSuperPod, SuperPodProbe, query_super_pod
+from ascend_node.tablesource import SourceChoice, choose_table_source
 
 log = logging.getLogger("ascend_node")
 

@@ -38,30 +38,6 @@ from ascend_node.rendezvous.freshness import revalidate_dir
 
 log = logging.getLogger("ascend_node.mindcluster")
 
-SOURCES = ("auto", "volume", "mindcluster")
-
-
-@dataclass(frozen=True)
-class SourceChoice:
-    """Where the table comes from ("volume" or "mindcluster") and why."""
-
-    source: str
-    why: str
-
-
-def choose_table_source(requested: str, hccl_json: Path, exists: bool) -> SourceChoice:
-    """`auto`: MindCluster's file when it exists at start, else the shared volume."""
-    if requested == "volume":
-        return SourceChoice("volume", "--table-source volume")
-    if requested == "mindcluster":
-        return SourceChoice("mindcluster", f"--table-source mindcluster ({hccl_json})")
-    if requested != "auto":
-        raise ValueError(f"unknown table source {requested!r}")
-    if exists:
-        return SourceChoice("mindcluster", f"auto: MindCluster's {hccl_json} exists")
-    return SourceChoice("volume", f"auto: no MindCluster file at {hccl_json}")
-
-
 # ------------------------------------------------------------------ reading the file
 
 

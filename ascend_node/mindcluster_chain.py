@@ -19,11 +19,12 @@ from ascend_node.devices import Device
 from ascend_node.errors import ConfigError
 from ascend_node.hostinfo import default_route_ip
 from ascend_node.identity import NodeIdentity, node_name, read_pod_ip
-from ascend_node.mindcluster import Converted, HcclJsonWait, SourceChoice, convert_for_mindie
+from ascend_node.mindcluster import Converted, HcclJsonWait, convert_for_mindie
 from ascend_node.outputs import StatusDoc, write_status, write_table_outputs
 from ascend_node.ranktable import render_rank_table
 from ascend_node.settings import Settings
 from ascend_node.superpod import NodeSuperPod
+from ascend_node.tablesource import SourceChoice
 
 log = logging.getLogger("ascend_node.mindcluster")
 

@@ -34,7 +34,7 @@ LOCAL_TABLE = "ranktable.json"
 _SAFE_PATH = re.compile(r"^[0-9a-zA-Z_./-]{1,256}$")
 
 class EnvDoc(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(defer_build=True, extra="forbid")
     schema_version: Literal[1] = 1
     env: dict[str, str]
 

@@ -27,7 +27,7 @@ DEFAULT_HCCL_JSON = "/user/serverid/devindex/config/hccl.json"
 class Settings(BaseModel):
     """Validated settings; `sources[name]` says flag / environment variable / default."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid")
 
     shared_dir: Optional[Path] = None
     run_id: Optional[str] = None

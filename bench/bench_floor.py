@@ -14,11 +14,19 @@ IP query only, and the pre-flight's link/health/TLS queries are a feature of the
 (bench/bench_preflight.py measures them).
 
 Target (2 cores): agent <= 1.3x the floor at N = 2 and N = 32; N = 256 agrees.
+
+The package's bytecode is compiled first, as pip does when it installs the wheel into an
+image: without it (a source checkout under PYTHONDONTWRITEBYTECODE=1, as on our CI
+machines) every agent pod would compile its modules from source, about 0.1 s of CPU each,
+which no installed agent pays. The total CPU of the pods is printed beside the lag:
+on one machine the lag of N pods started at once is about their CPU / the cores.
 """
 
 from __future__ import annotations
 
 import argparse
+import compileall
+import resource
 import shutil
 import statistics
 import subprocess
@@ -34,6 +42,13 @@ from ascend_node.sim.cluster import SimSpec, prepare
 from ascend_node.sim.fake_tools import write_node_data
 
 FLOOR = Path(__file__).resolve().parent / "floor_pod.py"
+PACKAGE = Path(__file__).resolve().parents[1] / "ascend_node"
+
+
+def children_cpu() -> float:
+    """CPU seconds of every waited-for child so far (the pods and their tool calls)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def run_pods(argvs: list[list[str]], envs: list[dict[str, str]], limit: float) -> float:
@@ -56,7 +71,8 @@ def run_pods(argvs: list[list[str]], envs: list[dict[str, str]], limit: float) -
 
 
 def trial(kind: str, n: int, devices: int, shared_root: Optional[Path],
-          preflight: bool = False) -> float:
+          preflight: bool = False) -> tuple[float, float]:
+    """(lag, CPU seconds of all pods) of one run of N pods of `kind`."""
     work = Path(tempfile.mkdtemp(prefix=f"bench-floor-{kind}-{n}-"))
     shared = Path(tempfile.mkdtemp(dir=shared_root)) if shared_root else work / "shared"
     shared.mkdir(exist_ok=True)
@@ -78,12 +94,14 @@ def trial(kind: str, n: int, devices: int, shared_root: Optional[Path],
         if kind == "agent" and not preflight:
             for env in envs:  # the floor asks hccn_tool for IPs only, not link/health/TLS
                 env["ASCEND_NODE_PREFLIGHT"] = "off"
+        cpu = children_cpu()
         lag = run_pods(argvs, envs, limit=600)
+        cpu = children_cpu() - cpu
         if kind == "agent":
             tables = {(node.state_dir / "ranktable.json").read_bytes() for node in nodes}
             if len(tables) != 1:
                 raise SystemExit(f"N={n}: the agent's tables differ")
-        return lag
+        return lag, cpu
     finally:
         shutil.rmtree(work, ignore_errors=True)
         if shared_root:
@@ -101,17 +119,20 @@ def main() -> None:
     parser.add_argument("--shared", type=Path, default=None,
                         help="make each run's shared directory below this one (e.g. NFS)")
     args = parser.parse_args()
-    print(f"{'N':>5} {'harness s':>10} {'floor s':>10} {'agent s':>10} {'ratio':>6}  "
-          f"(medians of {args.trials}; last pod started -> last pod done)")
+    compileall.compile_dir(str(PACKAGE), quiet=1)
+    print(f"{'N':>5} {'harness s':>10} {'floor s':>10} {'agent s':>10} {'ratio':>6} "
+          f"{'floor cpu':>10} {'agent cpu':>10}  (medians of {args.trials}; last pod started "
+          "-> last pod done; cpu: all pods' CPU seconds)")
     for n in (int(x) for x in args.sizes.split(",")):
-        got: dict[str, list[float]] = {"harness": [], "floor": [], "agent": []}
+        got: dict[str, list[tuple[float, float]]] = {"harness": [], "floor": [], "agent": []}
         for _ in range(args.trials):
             for kind in got:
                 got[kind].append(trial(kind, n, args.devices, args.shared, args.preflight))
-        med = {k: statistics.median(v) for k, v in got.items()}
-        print(f"{n:>5} {med['harness']:>10.2f} {med['floor']:>10.2f} {med['agent']:>10.2f} "
-              f"{med['agent'] / med['floor']:>6.2f}  agent trials "
-              + ", ".join(f"{x:.2f}" for x in got["agent"]), flush=True)
+        lag = {k: statistics.median(x[0] for x in v) for k, v in got.items()}
+        cpu = {k: statistics.median(x[1] for x in v) for k, v in got.items()}
+        print(f"{n:>5} {lag['harness']:>10.2f} {lag['floor']:>10.2f} {lag['agent']:>10.2f} "
+              f"{lag['agent'] / lag['floor']:>6.2f} {cpu['floor']:>10.2f} {cpu['agent']:>10.2f}"
+              "  agent trials " + ", ".join(f"{x[0]:.2f}" for x in got["agent"]), flush=True)
 
 
 if __name__ == "__main__":

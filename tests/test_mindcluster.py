@@ -20,7 +20,6 @@ from ascend_node.mindcluster import (
     HcclJsonWait,
     Pending,
     Ready,
-    choose_table_source,
     convert_for_mindie,
     describe_pending,
     judge_hccl_json,
@@ -29,6 +28,7 @@ from ascend_node.mindcluster import (
 )
 from ascend_node.ranktable import render_rank_table, validate_rank_table
 from ascend_node.settings import resolve_settings
+from ascend_node.tablesource import choose_table_source
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "mindcluster"
 PATH = Path("/user/serverid/devindex/config/hccl.json")

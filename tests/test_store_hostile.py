@@ -231,6 +231,8 @@ def test_planted_slot_is_ignored_by_name_and_replaced_by_its_owner(
         procs += [start(nodes[0]), start(nodes[2])]
         aid = _attempt_id(shared)
         slot = shared / ".ascend-node" / "t" / "attempts" / aid / "node-1.json"
+        # attempt.json comes first; the directory with the first slot published into it
+        _wait_for(slot.parent.is_dir, "the attempt directory")
         decoy = tmp_path / "decoy.json"
         decoy.write_text(_decoy_member(shared, aid))
         text = decoy.read_text()

@@ -28,7 +28,7 @@ the cluster; doctor waits for fresh ones and, failing that, uses them with a war
 
 
 class FactDevice(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(defer_build=True, extra="forbid", frozen=True)
     device_id: int = Field(ge=0, le=63)
     ip: str = Field(max_length=64)
     netmask: str = Field(max_length=64)
@@ -40,7 +40,7 @@ class FactDevice(BaseModel):
 class DoctorFacts(BaseModel):
     """What one node tells its peers: its devices as the driver reports them."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(defer_build=True, extra="forbid", frozen=True)
     schema_version: Literal[1] = 1
     kind: Literal["doctor_facts"] = "doctor_facts"
     run_id: str = Field(pattern=r"^[A-Za-z0-9_.:-]{1,128}$")

@@ -19,7 +19,7 @@ _ID = r"^[A-Za-z0-9_.:-]{1,128}$"
 class DeviceHealth(BaseModel):
     """One device as `hccn_tool -link/-net_health/-tls -g` reported it (None = unknown)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(defer_build=True, extra="forbid", frozen=True)
     device_id: int = Field(ge=0, le=63)
     link: Optional[str] = Field(default=None, max_length=32)
     health: Optional[str] = Field(default=None, max_length=64)
@@ -30,7 +30,7 @@ class DeviceHealth(BaseModel):
 class NodeHealth(BaseModel):
     """What HCCL needs every node to agree on, as one member sees its own devices."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(defer_build=True, extra="forbid", frozen=True)
     ip_family: Literal[4, 6]
     devices: tuple[DeviceHealth, ...] = Field(max_length=64)
 
@@ -38,7 +38,7 @@ class NodeHealth(BaseModel):
 class PingRecord(BaseModel):
     """One sampled ping: from a local device to a peer's device, and what came back."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(defer_build=True, extra="forbid", frozen=True)
     source: int = Field(ge=0)
     device_id: int = Field(ge=0, le=63)
     peer: int = Field(ge=0)
@@ -54,7 +54,7 @@ class ReachDoc(BaseModel):
     `token` is new on every boot, so a verdict can prove it used *this* boot's results.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(defer_build=True, extra="forbid", frozen=True)
     schema_version: Literal[1] = 1
     kind: Literal["reach"] = "reach"
     run_id: str = Field(pattern=_ID)
@@ -68,7 +68,7 @@ class ReachDoc(BaseModel):
 class ReachVerdictDoc(BaseModel):
     """`reach.json` in the attempt directory: node 0's verdict over every node's results."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(defer_build=True, extra="forbid", frozen=True)
     schema_version: Literal[1] = 1
     kind: Literal["reach_verdict"] = "reach_verdict"
     run_id: str = Field(pattern=_ID)

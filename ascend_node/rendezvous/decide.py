@@ -22,7 +22,6 @@ from typing import Optional, Union
 
 from ascend_node.identity import node_name
 from ascend_node.netcheck import family
-from ascend_node.preflight.judge import apply_policy, judge_health
 from ascend_node.ranktable import NodeSuperPodReport, VersionConflict, choose_table_version
 from ascend_node.rendezvous.models import (
     AttemptDoc,
@@ -180,16 +179,20 @@ def evaluate(
         abort = _super_pod_check(members, master_count, table_version)
     if abort is not None:
         return abort
-    health = apply_policy(judge_health(
-        {i: m.health for i, m in members.items() if m.health is not None}, master_count),
-        preflight)
-    if health.faults:
-        return Abort("; also ".join(f.reason for f in health.faults),
-                     tuple(sorted({i for f in health.faults for i in f.nodes})))
+    warnings: tuple[str, ...] = ()
+    published = {i: m.health for i, m in members.items() if m.health is not None}
+    if published and preflight != "off":  # the judge is imported only when it has work
+        from ascend_node.preflight.judge import apply_policy, judge_health
+
+        health = apply_policy(judge_health(published, master_count), preflight)
+        if health.faults:
+            return Abort("; also ".join(f.reason for f in health.faults),
+                         tuple(sorted({i for f in health.faults for i in f.nodes})))
+        warnings = health.warnings
     missing = tuple(i for i in range(node_count) if i not in members)
     if missing:
         return Waiting(tuple(sorted(members)), missing, invalid)
-    return Complete(tuple(members[i] for i in range(node_count)), health.warnings)
+    return Complete(tuple(members[i] for i in range(node_count)), warnings)
 
 
 def _versions_differ(a: Optional[int], b: Optional[int]) -> bool:

@@ -19,13 +19,13 @@ _ID = r"^[A-Za-z0-9_.:-]{1,128}$"
 
 
 class _Doc(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(defer_build=True, extra="forbid", frozen=True)
     schema_version: Literal[1] = SCHEMA_VERSION
     run_id: str = Field(pattern=_ID)
 
 
 class DeviceRecord(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(defer_build=True, extra="forbid", frozen=True)
     device_id: int = Field(ge=0, le=63)
     device_ip: str = Field(min_length=1, max_length=64)
     super_device_id: Optional[int] = Field(default=None, ge=0)  # SDID, A3 SuperPoD only
@@ -34,7 +34,7 @@ class DeviceRecord(BaseModel):
 class MemberData(BaseModel):
     """What the table is built from: the part of a member that must match on restart."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(defer_build=True, extra="forbid", frozen=True)
     global_index: int = Field(ge=0)
     role: Literal["master", "worker"]
     task_index: int = Field(ge=0)
@@ -103,7 +103,7 @@ class AttemptDoc(_Doc):
 
 
 class TableRecord(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(defer_build=True, extra="forbid", frozen=True)
     global_index: int = Field(ge=0)
     incarnation: str = Field(pattern=_ID)
     digest: str = Field(pattern=r"^[0-9a-f]{64}$")

@@ -12,12 +12,11 @@ import random
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
 from ascend_node import __version__
 from ascend_node.errors import ClusterInconsistent
 from ascend_node.identity import NodeIdentity, node_name
-from ascend_node.preflight.models import NodeHealth
 from ascend_node.ranktable import DeviceEntry, ServerEntry
 from ascend_node.rendezvous import decide
 from ascend_node.rendezvous.freshness import Freshness
@@ -37,6 +36,9 @@ from ascend_node.rendezvous.store import (
     read_slot,
     write_doc,
 )
+
+if TYPE_CHECKING:
+    from ascend_node.preflight.models import NodeHealth
 
 log = logging.getLogger("ascend_node.rendezvous")
 

@@ -28,7 +28,7 @@ import stat
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Generic, Literal, Optional, TypeVar, Union
+from typing import Any, Callable, Generic, Literal, Optional, TypeVar, Union
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
@@ -141,19 +141,19 @@ def _stamp(path: Path) -> tuple[int, int, int]:
     return (st.st_ino, st.st_size, st.st_mtime_ns)
 
 
-_SLOT: TypeAdapter[Any] = TypeAdapter(SlotDoc)
-
-
 @functools.cache
-def _adapter(model: type[BaseModel]) -> TypeAdapter[Any]:
-    return TypeAdapter(model)
+def _slot_validator() -> Callable[[bytes], Any]:
+    """Built on first use (the models defer theirs too): a pod pays for the schemas it
+    reads, not for every document kind at import."""
+    return TypeAdapter(SlotDoc).validate_json
 
 
-def _validate(path: Path, raw: bytes, adapter: TypeAdapter[Any]) -> Union[Any, Invalid]:
+def _validate(path: Path, raw: bytes, validate_json: Callable[[bytes], Any]
+              ) -> Union[Any, Invalid]:
     """Fast path: pydantic parses and validates the bytes at once. Only a failure pays
     for a second, plain parse, to say *why* in words an operator can act on."""
     try:
-        return adapter.validate_json(raw)
+        return validate_json(raw)
     except ValidationError as exc:
         first_error = _first_error(exc)
     try:
@@ -175,13 +175,13 @@ def _first_error(exc: ValidationError) -> Any:
     return next((e for e in errors if e["loc"][-1:] == ("kind",)), errors[0])
 
 
-def _read(path: Path, adapter: TypeAdapter[Any], run_id: str,
+def _read(path: Path, validate_json: Callable[[bytes], Any], run_id: str,
           attempt_id: Optional[str] = None) -> Read[Any]:
     stamp = _stamp(path)
     raw = read_bytes_nofollow(path)
     if isinstance(raw, (Missing, Invalid)):
         return raw
-    doc = _validate(path, raw, adapter)
+    doc = _validate(path, raw, validate_json)
     if isinstance(doc, Invalid):
         return doc
     if getattr(doc, "run_id", run_id) != run_id:
@@ -193,12 +193,12 @@ def _read(path: Path, adapter: TypeAdapter[Any], run_id: str,
 
 def read_doc(path: Path, model: type[T], run_id: str) -> Read[T]:
     """Read and validate one document; anything unexpected is Invalid with the reason."""
-    return _read(path, _adapter(model), run_id)
+    return _read(path, model.model_validate_json, run_id)
 
 
 def read_slot(path: Path, run_id: str, attempt_id: str) -> Read[SlotAny]:
     """A node's slot: a member, failure or conflict document of this attempt."""
-    return _read(path, _SLOT, run_id, attempt_id)
+    return _read(path, _slot_validator(), run_id, attempt_id)
 
 
 def ensure_dir(path: Path, trusted_root: Path) -> None:
