@@ -97,3 +97,33 @@ def test_help_lists_the_version_flag_and_every_command_in_plain_text():
                     "manifest", "version"):
         assert f"  {command} " in done.stdout
     assert "\x1b[" not in done.stdout and "╭" not in done.stdout  # no rich boxes or colours
+
+
+# Not needed by a pod on the shared volume with the pre-flight off: MindCluster's wait and
+# conversion, the pre-flight's gathering, judging and pings, the doctor.
+NOT_ON_THE_VOLUME_PATH = ("ascend_node.mindcluster", "ascend_node.mindcluster_chain",
+                          "ascend_node.preflight.gather", "ascend_node.preflight.judge",
+                          "ascend_node.preflight.reach", "ascend_node.preflight.stage",
+                          "ascend_node.doctor")
+
+
+@pytest.mark.parametrize("preflight, expect_gather", [("off", False), ("strict", True)])
+def test_ranktable_imports_the_preflight_only_when_it_runs(tmp_path, preflight, expect_gather):
+    """A one-node `ranktable` imports what its table source and pre-flight policy use."""
+    from ascend_node.sim.cluster import SimSpec, prepare
+    from ascend_node.sim.fake_tools import write_node_data
+
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    node = prepare(SimSpec(nodes=1, devices=2, run_id="imp", timeout=20), tmp_path / "w",
+                   shared)[0]
+    write_node_data(node.data_dir, node.devices)
+    modules, done = imported(["ranktable"], {**node.env, "ASCEND_NODE_PREFLIGHT": preflight})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "ascend_node.rendezvous.assembler" in modules  # it did meet (alone)
+    assert ("ascend_node.preflight.gather" in modules) is expect_gather
+    unexpected = sorted(m for m in modules if any(m == h or m.startswith(h + ".")
+                                                  for h in NOT_ON_THE_VOLUME_PATH))
+    allowed = {"ascend_node.preflight.gather", "ascend_node.preflight.judge"} if expect_gather \
+        else set()
+    assert [m for m in unexpected if m not in allowed] == []

@@ -1,6 +1,6 @@
 """`<state-dir>/preflight.json`: what the pre-flight found in this container.
 
-Written by `preflight.stage`, read by `status` — which must start fast (no pydantic), so
+Written by `preflight.record`, read by `status` — which must start fast (no pydantic), so
 this module needs nothing but `json`.
 """
 
