@@ -92,6 +92,8 @@ if [ "$BED_ROLE" = server ]; then
     || fail exportfs
   rpc.mountd 2>/dev/null || fail rpc.mountd
   rpc.statd --no-notify 2>/dev/null
+  # nfsd hands out NFSv4 delegations through the kernel's file leases: off, none.
+  if [ "$BED_DELEGATIONS" = 0 ]; then echo 0 > /proc/sys/fs/leases-enable; fi
   rpc.nfsd -G 10 -L 10 8 || fail rpc.nfsd
   say "ready server $(cut -d' ' -f1 /proc/uptime)"
   while :; do sleep 3600; done
@@ -271,8 +273,10 @@ class Bed:
     """
 
     def __init__(self, work: Path, vers: str = "4.2", options: str = "", clients: int = 2,
-                 mem: str = "384M", boot_timeout: float = 90.0) -> None:
+                 mem: str = "384M", boot_timeout: float = 90.0, delegations: bool = True
+                 ) -> None:
         self.work = Path(work)
+        self.delegations = delegations  # False: the server grants no NFSv4 delegations
         self.vers = vers
         self.options = options
         self.clients = clients
@@ -334,7 +338,8 @@ class Bed:
         self._ip("-n", self.netns, "link", "set", "lo", "multicast", "on")
         self._ip("-n", self.netns, "route", "add", "224.0.0.0/4", "dev", "lo")
         t0 = time.monotonic()
-        self._boot("server", 1, {"BED_ROLE": "server"})
+        self._boot("server", 1, {"BED_ROLE": "server",
+                                 "BED_DELEGATIONS": "1" if self.delegations else "0"})
         for c in range(self.clients):
             self._boot(f"client-{c}", 2 + c, {
                 "BED_ROLE": "client", "BED_SERVER": f"{SUBNET}.1", "BED_VERS": self.vers,
