@@ -9,9 +9,11 @@ repeats nothing that is done and reaches the same result.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, NoReturn, Optional
 
 from ascend_node import events
@@ -27,6 +29,7 @@ from ascend_node.mindie import (
     render_config,
     write_config,
 )
+from ascend_node.mindie_startup import DiskView, facts_from_env, startup_problems, summarise
 from ascend_node.outputs import StatusDoc, write_env, write_status
 from ascend_node.rendezvous.store import RunPaths
 from ascend_node.setenv import capture_set_env, set_env_scripts_from_env
@@ -92,9 +95,10 @@ def prepare_exec(
 
     table_env = dict(result.env)
     one_node = identity.node_count == 1
+    config_path: Optional[Path] = None
     if opts.launcher == "mindie":
         with events.phase("config"):
-            _configure_mindie(settings, env, result, opts)
+            config_path = _configure_mindie(settings, env, result, opts)
         if one_node:
             # MindIE's docs: unset the rank table for single-node inference.
             for name in RANK_TABLE_VARS:
@@ -108,18 +112,38 @@ def prepare_exec(
     added = {**(delta.changed if delta else {}), **table_env, **launch.env}
     env.update(table_env)
     env.update(launch.env)
+    if config_path is not None:
+        with events.phase("config_check"):
+            check_mindie_startup(config_path, env, settings)
     return list(launch.argv), env, added
+
+
+def check_mindie_startup(path: Path, env: Mapping[str, str], settings: Settings) -> None:
+    """MindIE's own start-up rules (mindie_startup), on the file just written and the
+    environment the server will get: ConfigError with one line instead of MindIE's many."""
+    problems = startup_problems(
+        load_config(path), facts_from_env(env, _server_uid(settings), str(path)), DiskView())
+    for p in problems:
+        log.debug("MindIE start-up check: %s", p.cause)
+    if problems:
+        raise ConfigError(*summarise(problems))
+    log.info("MindIE config %s passes MindIE's start-up checks", path)
+
+
+def _server_uid(settings: Settings) -> int:
+    return settings.file_owner[0] if settings.file_owner else os.getuid()
 
 
 def _configure_mindie(
     settings: Settings, env: Mapping[str, str], result: TableResult, opts: BootOptions
-) -> None:
+) -> Optional[Path]:
+    """Patch config.json; its path, or None when this is not a MindIE container."""
     path = config_path_from_env(env)
     explicit = bool(env.get("MIES_CONFIG_JSON_PATH"))
     if not path.exists() and not explicit:
         log.info("no MindIE config at %s; skipping config.json (set MIES_CONFIG_JSON_PATH)",
                  path)
-        return
+        return None
     config = load_config(path)
     identity = result.discovery.identity
     patched, changes = patch_config(
@@ -140,9 +164,10 @@ def _configure_mindie(
     if (current == render_config(patched).encode() and st is not None
             and not path.is_symlink() and (st.st_mode & 0o777) == 0o640 and same_owner):
         log.info("MindIE config %s already patched", path)
-        return
+        return path
     write_config(path, patched, uid, gid)
     log.info("patched MindIE config %s: %s", path, "; ".join(changes) or "no changes")
+    return path
 
 
 def boot(

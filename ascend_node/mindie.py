@@ -26,20 +26,18 @@ import copy
 import errno
 import ipaddress
 import json
-import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Optional
 
 from ascend_node.atomic import atomic_write_text
 from ascend_node.errors import ConfigError
+from ascend_node.mindie_startup import MODEL_NAME_RULE, model_name_ok
 
 DEFAULT_MIES_INSTALL_PATH = "/usr/local/Ascend/mindie/latest/mindie-service"
 DEFAULT_CONFIG_PATH = DEFAULT_MIES_INSTALL_PATH + "/conf/config.json"
 CONFIG_MODE = 0o640
 
-# MindIE's own rule for modelName (service_parameter_configuration.md).
-_MODEL_NAME = re.compile(r"[A-Za-z0-9._-]{1,256}")
 _MAX_DEVICE_ID = 63
 
 
@@ -157,10 +155,10 @@ def patch_config(
     if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
         raise ConfigError(f"node count {nodes!r} is not a positive integer")
     ids = _check_ids(local_device_ids)
-    if model_name is not None and not _MODEL_NAME.fullmatch(model_name):
+    if model_name is not None and not model_name_ok(model_name):
         raise ConfigError(
             f"MindIE modelName {model_name!r} is invalid",
-            "use 1-256 letters, digits, '-', '_' or '.'",
+            f"use {MODEL_NAME_RULE}",
         )
     if model_weight_path is not None and not model_weight_path.strip():
         raise ConfigError("MindIE modelWeightPath is empty", "give the model weight directory")

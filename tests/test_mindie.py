@@ -216,7 +216,7 @@ def test_malformed_config(upstream: dict[str, Any], mutate: Any, message: str) -
         patch(upstream)
 
 
-@given(st.text(alphabet="abcXYZ019-_.", min_size=1, max_size=256))
+@given(st.from_regex(r"[abcXYZ019]([abcXYZ019._-]{0,254}[abcXYZ019])?", fullmatch=True))
 def test_valid_model_names_are_accepted(name: str) -> None:
     patched, _ = patch(load_config(FIXTURE), model_name=name)
     assert patched["BackendConfig"]["ModelDeployConfig"]["ModelConfig"][0]["modelName"] == name
@@ -230,6 +230,14 @@ def test_valid_model_names_are_accepted(name: str) -> None:
 def test_names_with_other_characters_are_rejected(name: str) -> None:
     with pytest.raises(ConfigError, match="modelName"):
         patch(load_config(FIXTURE), model_name=name)
+
+
+@pytest.mark.parametrize("name", ["-llama", "llama.", "_", "a_", ".a", "a-"])
+def test_names_must_start_and_end_with_a_letter_or_digit(name: str) -> None:
+    # MindIE: "The first and last characters must be characters or digits."
+    with pytest.raises(ConfigError, match=f"modelName {name!r} is invalid") as info:
+        patch(load_config(FIXTURE), model_name=name)
+    assert "starting and ending with a letter or digit" in info.value.hint
 
 
 @pytest.mark.parametrize(
