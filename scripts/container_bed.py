@@ -487,6 +487,11 @@ class Job:
     def create(self) -> Job:
         shutil.rmtree(self.dir, ignore_errors=True)
         self.shared.mkdir(parents=True)
+        # MODEL_PATH (/model) is the weight directory too: MindIE refuses to start without
+        # the model's config.json in it, and so does `boot` (docs/mindie-config.md).
+        from ascend_node.sim.fake_tools import SIM_MODEL_CONFIG
+
+        (self.shared / "config.json").write_text(SIM_MODEL_CONFIG)
         self.bed.network(self.network, f"{SUBNET_PREFIX}{self.subnet}.0/24")
         return self
 
@@ -521,6 +526,8 @@ class Job:
             "POD_UID": uid, "K8S_POD_IP": self.ip(index), "K8S_HOST_IP": host_ip(index),
             "ASCEND_NODE_JOB_VERSION": str(self.version),
             "MODEL_PATH": "/model", "ASCEND_NODE_RUN_ID": self.name,
+            # The image ships MindIE's config.json (httpsEnabled true) and no certificates.
+            "ASCEND_NODE_HTTPS": "0",
             "ASCEND_NODE_TIMEOUT": f"{self.timeout:g}",
             "ASCEND_NODE_PROGRESS_INTERVAL": "2",
             "ASCEND_VISIBLE_DEVICES": ",".join(str(d) for d in range(self.devices)),

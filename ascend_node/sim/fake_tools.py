@@ -151,8 +151,18 @@ def install_tools(bin_dir: Path) -> tuple[Path, Path]:
     return out[0], out[1]
 
 
+# What an operator changes in MindIE's shipped config.json before MindIE will start on
+# it (docs/mindie-config.md): plain HTTP (no certificates in the fake install) and the
+# model's weight directory, which must hold the model's config.json.
+SIM_MODEL_CONFIG = '{"model_type": "llama", "torch_dtype": "float16", "vocab_size": 32000}\n'
+
+
 def install_boot_fakes(work: Path) -> tuple[Path, Path, Path]:
-    """Fake MindIE daemon, a fake CANN set_env.sh and MindIE's default config.json."""
+    """Fake MindIE daemon, a fake CANN set_env.sh, and MindIE's shipped config.json as an
+    operator prepares it: `httpsEnabled` false and `modelWeightPath` at a weight directory
+    (with its config.json) under `work` — so `boot`'s start-up checks pass."""
+    import json
+
     daemon = work / "bin" / "mindieservice_daemon"
     daemon.parent.mkdir(parents=True, exist_ok=True)
     daemon.write_text(FAKE_DAEMON_SCRIPT)
@@ -160,7 +170,15 @@ def install_boot_fakes(work: Path) -> tuple[Path, Path, Path]:
     set_env = work / "Ascend" / "cann" / "set_env.sh"
     set_env.parent.mkdir(parents=True, exist_ok=True)
     set_env.write_text(FAKE_SET_ENV_SCRIPT)
-    config = Path(__file__).with_name("data") / "mindie-config.json"
+    shipped = json.loads((Path(__file__).with_name("data") / "mindie-config.json").read_text())
+    weights = work / "weights" / "llama_65b"
+    weights.mkdir(parents=True, exist_ok=True)
+    (weights / "config.json").write_text(SIM_MODEL_CONFIG)
+    shipped["ServerConfig"]["httpsEnabled"] = False
+    shipped["BackendConfig"]["ModelDeployConfig"]["ModelConfig"][0]["modelWeightPath"] = str(
+        weights)
+    config = work / "mindie-config.json"
+    config.write_text(json.dumps(shipped, indent=4) + "\n")
     return daemon, set_env, config
 
 
