@@ -137,8 +137,10 @@ def mode_ok(mode: int) -> bool:
 
 def startup_problems(config: Mapping[str, Any], facts: StartupFacts, fs: FileView
                      ) -> list[StartupProblem]:
-    """Every start-up refusal MindIE would print for this config, that needs no NPU,
-    in the order MindIE checks: the file, BackendConfig, devices, model, listeners, TLS."""
+    """Every start-up refusal MindIE would print for this config that needs no NPU: the
+    file, missing sections, https and its certificates, the weights, modelName, devices,
+    listeners, inter-node TLS, ports — the most common refusals of a shipped config first,
+    so that the first problem is the one to fix first."""
     out: list[StartupProblem] = []
     out += _config_file(facts, fs)
     server = config.get("ServerConfig")
@@ -154,13 +156,13 @@ def startup_problems(config: Mapping[str, Any], facts: StartupFacts, fs: FileVie
                                   _SHIPPED_REMEDY))
         backend = {}
     models = _models(backend)
-    if backend:
-        out += _devices(backend, models)
-    out += _model_names(models)
-    out += _weights(models, fs)
-    out += _listeners(server, facts)
     if server.get("httpsEnabled") is True:
         out += _https(server, facts, fs)
+    out += _weights(models, fs)
+    out += _model_names(models)
+    if backend:
+        out += _devices(backend, models)
+    out += _listeners(server, facts)
     if (backend.get("multiNodesInferEnabled") is True
             and backend.get("interNodeTLSEnabled") is True):
         out += _internode_tls(backend, facts, fs)
@@ -469,6 +471,16 @@ def summarise(problems: Sequence[StartupProblem]) -> tuple[str, str]:
     return f"MindIE would refuse to start: {cause}", hint
 
 
-__all__ = ["DiskView", "FileInfo", "FileView", "MODEL_NAME_RULE", "StartupFacts",
-           "StartupProblem", "facts_from_env", "mode_ok", "model_name_ok",
-           "startup_problems", "summarise"]
+__all__ = [
+    "MODEL_NAME_RULE",
+    "DiskView",
+    "FileInfo",
+    "FileView",
+    "StartupFacts",
+    "StartupProblem",
+    "facts_from_env",
+    "mode_ok",
+    "model_name_ok",
+    "startup_problems",
+    "summarise",
+]

@@ -425,6 +425,48 @@ def test_mindie_config_mode_0644_fails_the_config_check(tmp_path: Path) -> None:
     assert d.check_mindie_config(m, os.getuid()).remedy == f"chmod 640 {m.path}"
 
 
+def test_mindie_startup_on_the_shipped_config_names_https_and_the_weights(
+        tmp_path: Path) -> None:
+    m = mindie_state(tmp_path)
+    result = d.check_mindie_startup(m, {"MIES_INSTALL_PATH": str(tmp_path / "mindie")},
+                                    os.getuid())
+    assert result.status == "fail"
+    assert result.findings[0].cause == (
+        f"ServerConfig.tlsCert file {tmp_path}/mindie/security/certs/server.pem does not exist")
+    assert len([f for f in result.findings if "Tls" in f.cause or "tls" in f.cause]) == 16
+    assert "modelWeightPath" in result.findings[-1].cause
+    assert "--no-https" in result.remedy and "MODEL_PATH" in result.remedy
+
+
+def test_mindie_startup_passes_what_boot_would_exec(tmp_path: Path) -> None:
+    weights = tmp_path / "weights"
+    weights.mkdir()
+    (weights / "config.json").write_text("{}")
+
+    def plain(config: dict[str, Any]) -> None:
+        config["ServerConfig"]["httpsEnabled"] = False
+        config["BackendConfig"]["ModelDeployConfig"]["ModelConfig"][0]["modelWeightPath"] = (
+            str(weights))
+
+    m = mindie_state(tmp_path, plain)
+    result = d.check_mindie_startup(m, {}, os.getuid())
+    assert result.status == "ok", result.message
+    assert "passes MindIE's start-up rules" in result.message
+    assert d.check_mindie_startup(d.read_mindie_state({"MIES_INSTALL_PATH": str(tmp_path)}),
+                                  {}, 0).status == "ok"  # not a MindIE container
+
+
+def test_mindie_startup_sees_the_agents_environment(tmp_path: Path) -> None:
+    # What the server gets: the agent's env.json (MIES_CONTAINER_IP, ...) over this shell's.
+    from ascend_node.doctor.runner import _server_env
+    from ascend_node.outputs import write_env
+
+    write_env(tmp_path, {"MIES_CONTAINER_IP": "10.0.0.2"}, None)
+    env = _server_env({"MIES_INSTALL_PATH": "/x"}, tmp_path)
+    assert env == {"MIES_INSTALL_PATH": "/x", "MIES_CONTAINER_IP": "10.0.0.2"}
+    assert _server_env({"A": "1"}, tmp_path / "none") == {"A": "1"}
+
+
 # --------------------------------------------------------------------------- processes
 
 
@@ -734,7 +776,7 @@ def test_healthy_single_node_is_exit_0_and_writes_nothing(node_env: dict[str, st
         "device.ip", "device.unique_ip", "device.ip_family", "device.link", "device.net_health",
         "device.tls", "device.hccn_conf", "ranktable.file",
         "ranktable.valid", "ranktable.member", "ranktable.stale", "mindie.config",
-        "mindie.multinode", "mindie.devices", "process.npu_holders"]
+        "mindie.multinode", "mindie.devices", "mindie.startup", "process.npu_holders"]
     assert tree(tmp_path) == before
 
 

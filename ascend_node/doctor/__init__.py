@@ -65,6 +65,7 @@ from ascend_node.doctor.mindie_config import (
     check_mindie_config,
     check_mindie_devices,
     check_mindie_multinode,
+    check_mindie_startup,
     read_mindie_state,
 )
 from ascend_node.doctor.peers import (
@@ -142,6 +143,7 @@ __all__ = [
     "check_mindie_config",
     "check_mindie_devices",
     "check_mindie_multinode",
+    "check_mindie_startup",
     "check_npu_holders",
     "check_peer_devices",
     "check_peer_duplicates",

@@ -136,3 +136,23 @@ def check_mindie_devices(m: MindieState, local_count: int) -> CheckResult:
             findings.append(Finding("fail", f"ModelConfig[0].worldSize {json.dumps(world)} != "
                                     f"{len(ids[0])} devices in npuDeviceIds[0]", fix))
     return verdict(cid, findings, f"npuDeviceIds and worldSize match {local_count} devices")
+
+
+def check_mindie_startup(m: MindieState, server_env: Mapping[str, str],
+                         owner_uid: int) -> CheckResult:
+    """`mindie.startup`: MindIE's own start-up rules that need no NPU (https and its
+    certificates, the weight directory's config.json, modelName, npuDeviceIds/worldSize,
+    0.0.0.0 listeners, ports), the same function `boot` applies before exec.
+
+    `server_env`: the environment the server gets (this shell's, with the agent's env.json
+    over it). The file's own mode and owner are `mindie.config`'s, so not repeated here."""
+    from ascend_node.mindie_startup import DiskView, facts_from_env, startup_problems
+
+    cid = "mindie.startup"
+    if m.config is None:
+        return ok(cid, "no MindIE config")
+    facts = facts_from_env(server_env, owner_uid)
+    problems = startup_problems(m.config, facts, DiskView())
+    findings = [Finding("fail", p.cause, p.remedy) for p in problems]
+    return verdict(cid, findings, f"{m.path} passes MindIE's start-up rules (TLS files under "
+                   f"{facts.home})")

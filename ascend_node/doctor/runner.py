@@ -39,6 +39,7 @@ from ascend_node.doctor.mindie_config import (
     check_mindie_config,
     check_mindie_devices,
     check_mindie_multinode,
+    check_mindie_startup,
     read_mindie_state,
 )
 from ascend_node.doctor.peers import (
@@ -185,7 +186,9 @@ def run_doctor(
     checks += [check_mindie_config(mindie_state, owner_uid),
                check_mindie_multinode(mindie_state, server_count,
                                       ident.node_count if ident else None, where.path is not None),
-               check_mindie_devices(mindie_state, len(states))]
+               check_mindie_devices(mindie_state, len(states)),
+               check_mindie_startup(mindie_state, _server_env(environ, settings.state_dir),
+                                    owner_uid)]
 
     # Processes.
     server_pid = _server_pid(settings.state_dir)
@@ -263,3 +266,15 @@ def _server_pid(state_dir: Path) -> Optional[int]:
     if status is None or status.state != "done" or status.command != "boot":
         return None
     return status.pid
+
+
+def _server_env(environ: Mapping[str, str], state_dir: Path) -> dict[str, str]:
+    """The environment the server was (or will be) exec'd with: this shell's, with what the
+    agent set (env.json: MIES_CONTAINER_IP, set_env.sh's MIES_INSTALL_PATH, ...) over it."""
+    from ascend_node.outputs import read_env
+
+    try:
+        agent = read_env(state_dir) or {}
+    except ConfigError:  # an unreadable env.json is not this check's verdict
+        agent = {}
+    return {**environ, **agent}
