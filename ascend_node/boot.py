@@ -58,14 +58,29 @@ def boot_options_from_env(
     if chosen not in LAUNCHERS:
         raise ConfigError(f"launcher {chosen!r} is not one of {', '.join(LAUNCHERS)}",
                           "use --launcher mindie|msrun|ranktable-env|torch")
-    if https is None and environ.get("ASCEND_NODE_HTTPS", "").strip():
-        https = environ["ASCEND_NODE_HTTPS"].strip().lower() in ("1", "true", "yes", "on")
-    certs = environ.get("ASCEND_NODE_TLS_CERTS", "").strip().lower() in ("1", "true", "yes")
+    if https is None:
+        https = _env_bool(environ, "ASCEND_NODE_HTTPS", "--https / --no-https")
+    certs = _env_bool(environ, "ASCEND_NODE_TLS_CERTS") is True
     return BootOptions(
         launcher=chosen, command=tuple(command), https=https, tls_certs=certs,
         model_name=model_name or environ.get("MODEL_NAME") or None,
         model_weight_path=model_weight_path or environ.get("MODEL_PATH") or None,
     )
+
+
+def _env_bool(environ: Mapping[str, str], name: str, flag: str = "") -> Optional[bool]:
+    """A yes/no variable: None when unset or empty; a typo is an error, not a silent no
+    (`ASCEND_NODE_HTTPS=of` must not keep MindIE's https on unnoticed)."""
+    raw = environ.get(name, "")
+    value = raw.strip().lower()
+    if not value:
+        return None
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    raise ConfigError(f"{name}={raw!r} is not a boolean (use 1/0, true/false)",
+                      f"fix or unset {name}" + (f" (or pass {flag})" if flag else ""))
 
 
 def prepare_exec(

@@ -111,3 +111,29 @@ def test_mounted_certificates_keep_https_on_and_exec_the_daemon(tmp_path: Path) 
     config = json.loads((node.state_dir.parent / "config.json").read_text())
     assert config["ServerConfig"]["httpsEnabled"] is True
     assert codes([result]) == [0]
+
+
+@pytest.mark.parametrize(("env", "https", "certs"), [
+    ({}, None, False),
+    ({"ASCEND_NODE_HTTPS": "0"}, False, False),
+    ({"ASCEND_NODE_HTTPS": " Off "}, False, False),
+    ({"ASCEND_NODE_HTTPS": "true", "ASCEND_NODE_TLS_CERTS": "1"}, True, True),
+    ({"ASCEND_NODE_HTTPS": ""}, None, False),
+])
+def test_https_and_tls_certs_variables(env: dict[str, str], https: object,
+                                       certs: bool) -> None:
+    from ascend_node.boot import boot_options_from_env
+
+    opts = boot_options_from_env(env, None, [], None, None, None)
+    assert (opts.https, opts.tls_certs) == (https, certs)
+    assert boot_options_from_env(env, None, [], True, None, None).https is True  # flag wins
+
+
+@pytest.mark.parametrize("name", ["ASCEND_NODE_HTTPS", "ASCEND_NODE_TLS_CERTS"])
+def test_a_misspelt_boolean_is_named_not_read_as_no(name: str) -> None:
+    from ascend_node.boot import boot_options_from_env
+    from ascend_node.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=f"{name}='of' is not a boolean") as info:
+        boot_options_from_env({name: "of"}, None, [], None, None, None)
+    assert f"fix or unset {name}" in info.value.hint
