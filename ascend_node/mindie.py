@@ -32,9 +32,12 @@ from typing import Any, Optional
 
 from ascend_node.atomic import atomic_write_text
 from ascend_node.errors import ConfigError
-from ascend_node.mindie_startup import MODEL_NAME_RULE, model_name_ok
+from ascend_node.mindie_startup import (
+    DEFAULT_MIES_INSTALL_PATH,
+    MODEL_NAME_RULE,
+    model_name_ok,
+)
 
-DEFAULT_MIES_INSTALL_PATH = "/usr/local/Ascend/mindie/latest/mindie-service"
 DEFAULT_CONFIG_PATH = DEFAULT_MIES_INSTALL_PATH + "/conf/config.json"
 CONFIG_MODE = 0o640
 

@@ -36,6 +36,9 @@ from typing import Any, Literal, Optional, Protocol
 
 FileKind = Literal["file", "dir", "link", "other"]
 
+DEFAULT_MIES_INSTALL_PATH = "/usr/local/Ascend/mindie/latest/mindie-service"
+"""MindIE's install directory when `MIES_INSTALL_PATH` is unset (the default daemon's)."""
+
 MODEL_NAME_RULE = "1-256 of [a-zA-Z0-9_.-], starting and ending with a letter or digit"
 _MODEL_NAME = re.compile(r"[A-Za-z0-9_.-]{1,256}")
 _MAX_TLS_FILES = 3
@@ -113,12 +116,10 @@ class StartupProblem:
     file: str = ""
 
 
-def facts_from_env(environ: Mapping[str, str], server_uid: int, config_path: str = "",
-                   default_home: str = "") -> StartupFacts:
-    from ascend_node.mindie import DEFAULT_MIES_INSTALL_PATH
-
-    home = (environ.get("MIES_INSTALL_PATH", "").strip() or default_home
-            or DEFAULT_MIES_INSTALL_PATH)
+def facts_from_env(environ: Mapping[str, str], server_uid: int, config_path: str = ""
+                   ) -> StartupFacts:
+    """The facts from the environment the server will get."""
+    home = environ.get("MIES_INSTALL_PATH", "").strip() or DEFAULT_MIES_INSTALL_PATH
     return StartupFacts(
         home=home.rstrip("/") or "/", server_uid=server_uid, config_path=config_path,
         config_from_env=bool(environ.get("MIES_CONFIG_JSON_PATH", "").strip()),
@@ -156,11 +157,15 @@ def startup_problems(config: Mapping[str, Any], facts: StartupFacts, fs: FileVie
                                   _SHIPPED_REMEDY))
         backend = {}
     models = _models(backend)
+    if backend and not models:
+        out.append(StartupProblem("shape", "BackendConfig.ModelDeployConfig.ModelConfig",
+                                  "config.json has no BackendConfig.ModelDeployConfig."
+                                  "ModelConfig list of model objects", _SHIPPED_REMEDY))
     if server.get("httpsEnabled") is True:
         out += _https(server, facts, fs)
     out += _weights(models, fs)
     out += _model_names(models)
-    if backend:
+    if backend and models:
         out += _devices(backend, models)
     out += _listeners(server, facts)
     if (backend.get("multiNodesInferEnabled") is True
@@ -472,6 +477,7 @@ def summarise(problems: Sequence[StartupProblem]) -> tuple[str, str]:
 
 
 __all__ = [
+    "DEFAULT_MIES_INSTALL_PATH",
     "MODEL_NAME_RULE",
     "DiskView",
     "FileInfo",

@@ -276,12 +276,16 @@ def test_all_zero_listeners(ip: str, mgmt: Any, allow: bool, env_ip: str,
     assert [p.key for p in problems] == expected
 
 
-def test_missing_backend_config_and_clashing_ports() -> None:
+def test_missing_sections_and_clashing_ports() -> None:
     cfg = config(**PLAIN)
     del cfg["BackendConfig"]
     problems = startup_problems(cfg, facts(), MemView(weights_view()))
     assert [p.key for p in problems] == ["BackendConfig"]
     assert "key 'BackendConfig' not found" in problems[0].cause
+    no_models = config(**PLAIN)
+    no_models["BackendConfig"]["ModelDeployConfig"]["ModelConfig"] = []
+    assert [p.key for p in startup_problems(no_models, facts(), MemView(weights_view()))] == [
+        "BackendConfig.ModelDeployConfig.ModelConfig"]
     clash = config(**PLAIN, BackendConfig__multiNodesInferPort=1025)
     assert [p.key for p in startup_problems(clash, facts(), MemView(weights_view()))] == [
         "ServerConfig.port"]
