@@ -1,0 +1,130 @@
+"""The node summary: one small document per node per attempt on the shared volume.
+
+Layout: `<shared>/.ascend-node/<run>/timeline/<attempt>/node-<g>.json` (`none` for the
+attempt when a node failed before any attempt was opened). Its only writer is node `g`;
+it is replaced (atomically) when the node's rendezvous ends and again when `boot` hands
+over or fails. Every time in it is on the shared volume's clock (see `record`), so
+summaries written by pods on different hosts line up without trusting their clocks.
+
+Pure: building the document from a run's events is a function of its inputs; the
+reader validates like every shared document (pydantic, `schema_version`, bounded size).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any, Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field
+
+SCHEMA_VERSION: Literal[1] = 1
+MAX_SUMMARY_BYTES = 64 * 1024  # a 16-NPU node writes about 4 KiB
+MAX_PHASES = 160
+MAX_CAUSE = 300
+_ID = r"^[A-Za-z0-9_.:-]{1,128}$"
+_PHASE = r"^[a-z_]{1,32}(\.[a-z_]{1,32}){0,2}$"
+# Times are seconds since the epoch on the volume's clock: bounded, finite.
+_T = {"ge": 0.0, "le": 1e11, "allow_inf_nan": False}
+
+SummaryState = Literal["table", "exec", "failed"]
+
+
+class PhaseSpan(BaseModel):
+    """One event of the node's run: a phase (`discovery`) or a part of one
+    (`discovery.hccn_tool`, one per call, with its `device`)."""
+
+    model_config = ConfigDict(defer_build=True, extra="forbid", frozen=True)
+    name: str = Field(pattern=_PHASE)
+    start: float = Field(**_T)  # type: ignore[arg-type]
+    end: float = Field(**_T)  # type: ignore[arg-type]
+    outcome: str = Field(default="ok", max_length=32)
+    device: Optional[int] = Field(default=None, ge=0, le=63)
+
+    @property
+    def seconds(self) -> float:
+        return max(0.0, self.end - self.start)
+
+
+class ClockNote(BaseModel):
+    """How this node's clock was put on the volume's: volume time = local time + offset,
+    measured once per process with a probe file (`uncertainty`: half its round trip)."""
+
+    model_config = ConfigDict(defer_build=True, extra="forbid", frozen=True)
+    offset: float = Field(ge=-1e9, le=1e9, allow_inf_nan=False)
+    uncertainty: float = Field(ge=0.0, le=3600.0, allow_inf_nan=False)
+    source: Literal["probe", "local"] = "probe"
+
+
+class NodeSummary(BaseModel):
+    """`kind: node-summary`: where one node's time went, on the volume's clock."""
+
+    model_config = ConfigDict(defer_build=True, extra="forbid", frozen=True)
+    schema_version: Literal[1] = SCHEMA_VERSION
+    kind: Literal["node-summary"] = "node-summary"
+    run_id: str = Field(pattern=_ID)
+    attempt_id: Optional[str] = Field(default=None, pattern=_ID)
+    global_index: int = Field(ge=0, le=65535)
+    name: str = Field(max_length=64)  # "worker 36 (node 37)"
+    node_count: int = Field(ge=1, le=65536)
+    pod_ip: str = Field(default="", max_length=64)
+    agent_version: str = Field(default="", max_length=64)
+    command: Literal["ranktable", "boot"]
+    state: SummaryState  # table: the rendezvous gave the table; exec: handed over
+    exit_code: Optional[int] = Field(default=None, ge=0, le=255)  # when the process fails
+    cause: str = Field(default="", max_length=MAX_CAUSE)
+    clock: ClockNote
+    container_start: Optional[float] = Field(default=None, **_T)  # type: ignore[arg-type]
+    container_start_source: str = Field(default="", max_length=120)
+    process_start: Optional[float] = Field(default=None, **_T)  # type: ignore[arg-type]
+    published: Optional[float] = Field(default=None, **_T)  # its slot's mtime
+    written: float = Field(**_T)  # type: ignore[arg-type]
+    phases: tuple[PhaseSpan, ...] = Field(default=(), max_length=MAX_PHASES)
+
+    @property
+    def first(self) -> float:
+        """The earliest moment this node accounts for."""
+        starts = [s for s in (self.container_start, self.process_start) if s is not None]
+        starts += [p.start for p in self.phases]
+        return min(starts) if starts else self.written
+
+    @property
+    def last(self) -> float:
+        return max([self.written, *(p.end for p in self.phases)])
+
+
+def spans_from_events(events: Iterable[Mapping[str, Any]], offset: float,
+                      limit: int = MAX_PHASES) -> tuple[PhaseSpan, ...]:
+    """The run's events as spans on the volume's clock (local + `offset`), in order of
+    start; the `run` marker and anything malformed are left out, the list is cut at
+    `limit` (a run writes about 15 events plus one per NPU)."""
+    import re
+
+    pattern = re.compile(_PHASE)
+    out: list[PhaseSpan] = []
+    for event in sorted(events, key=lambda e: _number(e.get("start"))):
+        name = event.get("phase")
+        start, end = _number(event.get("start")), _number(event.get("end"))
+        if (not isinstance(name, str) or name == "run" or not pattern.match(name)
+                or start <= 0 or end < start):
+            continue
+        device = event.get("device")
+        out.append(PhaseSpan(
+            name=name, start=round(start + offset, 6), end=round(end + offset, 6),
+            outcome=str(event.get("outcome", "ok"))[:32],
+            device=device if isinstance(device, int) and 0 <= device <= 63 else None))
+        if len(out) >= limit:
+            break
+    return tuple(out)
+
+
+def _number(value: Any) -> float:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) \
+        else -1.0
+
+
+def summary_name(global_index: int) -> str:
+    return f"node-{global_index}.json"
+
+
+def attempt_dir_name(attempt_id: Optional[str]) -> str:
+    return attempt_id or "none"
