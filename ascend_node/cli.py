@@ -373,6 +373,33 @@ def simulate(
 
 
 
+@app.command()
+def report(
+    shared_dir: SharedDir = None, run_id: RunId = None,
+    attempt: Annotated[Optional[str], typer.Option(
+        "--attempt", help="Attempt to draw (default: the current one)", show_default=False)
+    ] = None,
+    html: Annotated[Optional[Path], typer.Option(
+        "--html", help="Also write the timeline as a self-contained HTML page to FILE",
+        show_default=False)] = None,
+    width: Annotated[int, typer.Option("--width", min=20, max=400,
+                                       help="Time cells of the text timeline")] = 60,
+    json_out: Json = False, debug: Debug = False,
+) -> None:
+    """Every node's start on one time axis: who arrived last and why (read-only)."""
+    with _errors(_debug(debug)):
+        from ascend_node.bootstrap import require_rendezvous_settings
+        from ascend_node.report.cli import run_report
+
+        settings = _settings(False, shared_dir=shared_dir, run_id=run_id)
+        shared, rid = require_rendezvous_settings(settings)
+        doc, text = run_report(shared, rid, attempt, html, width)
+        if json_out:
+            _emit(doc)
+        else:
+            print(text)
+
+
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def boot(
     ctx: typer.Context,

@@ -17,13 +17,13 @@ publication time is the slot file's own mtime (no conversion).
 from __future__ import annotations
 
 import logging
-import os
 import time
 from pathlib import Path
 from typing import Any, Optional
 
 from ascend_node import __version__, events
 from ascend_node.identity import NodeIdentity
+from ascend_node.rendezvous.store import RunPaths
 from ascend_node.report.summary import (
     MAX_CAUSE,
     ClockNote,
@@ -33,7 +33,6 @@ from ascend_node.report.summary import (
     spans_from_events,
     summary_name,
 )
-from ascend_node.rendezvous.store import RunPaths
 
 log = logging.getLogger("ascend_node.report")
 
@@ -82,14 +81,14 @@ def container_start() -> tuple[Optional[float], str, Optional[float]]:
             if parent is None:
                 break
             chain.append(parent)
-    except Exception:  # noqa: BLE001 - psutil raises several kinds; the summary goes on
+    except Exception:
         return None, "process start not readable", None
     init = next((p for p in chain if p.pid == 1), None)
     if init is None:
         return None, "PID 1 is not the agent or its parent's parent", own
     try:
         first = init.create_time()
-    except Exception:  # noqa: BLE001
+    except Exception:
         return None, "PID 1 not readable", own
     if own - first > MAX_CONTAINER_LEAD:
         return None, (f"PID 1 started {own - first:.0f} s before the agent: not taken "
@@ -166,7 +165,7 @@ def leave_summary(
         path = directory / summary_name(identity.global_index)
         atomic_write_bytes(path, (doc.model_dump_json() + "\n").encode(), mode=0o644)
         outcome = "ok"
-    except Exception as err:  # noqa: BLE001 - the summary never changes the outcome
+    except Exception as err:
         log.debug("no timeline summary: %s: %s", err.__class__.__name__, err)
         return None
     finally:

@@ -13,7 +13,7 @@ reader validates like every shared document (pydantic, `schema_version`, bounded
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any, Literal, Optional
+from typing import Annotated, Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -24,7 +24,7 @@ MAX_CAUSE = 300
 _ID = r"^[A-Za-z0-9_.:-]{1,128}$"
 _PHASE = r"^[a-z_]{1,32}(\.[a-z_]{1,32}){0,2}$"
 # Times are seconds since the epoch on the volume's clock: bounded, finite.
-_T = {"ge": 0.0, "le": 1e11, "allow_inf_nan": False}
+VolumeTime = Annotated[float, Field(ge=0.0, le=1e11, allow_inf_nan=False)]
 
 SummaryState = Literal["table", "exec", "failed"]
 
@@ -35,8 +35,8 @@ class PhaseSpan(BaseModel):
 
     model_config = ConfigDict(defer_build=True, extra="forbid", frozen=True)
     name: str = Field(pattern=_PHASE)
-    start: float = Field(**_T)  # type: ignore[arg-type]
-    end: float = Field(**_T)  # type: ignore[arg-type]
+    start: VolumeTime
+    end: VolumeTime
     outcome: str = Field(default="ok", max_length=32)
     device: Optional[int] = Field(default=None, ge=0, le=63)
 
@@ -73,11 +73,11 @@ class NodeSummary(BaseModel):
     exit_code: Optional[int] = Field(default=None, ge=0, le=255)  # when the process fails
     cause: str = Field(default="", max_length=MAX_CAUSE)
     clock: ClockNote
-    container_start: Optional[float] = Field(default=None, **_T)  # type: ignore[arg-type]
+    container_start: Optional[VolumeTime] = None
     container_start_source: str = Field(default="", max_length=120)
-    process_start: Optional[float] = Field(default=None, **_T)  # type: ignore[arg-type]
-    published: Optional[float] = Field(default=None, **_T)  # its slot's mtime
-    written: float = Field(**_T)  # type: ignore[arg-type]
+    process_start: Optional[VolumeTime] = None
+    published: Optional[VolumeTime] = None  # its slot's mtime
+    written: VolumeTime
     phases: tuple[PhaseSpan, ...] = Field(default=(), max_length=MAX_PHASES)
 
     @property
