@@ -350,6 +350,9 @@ def simulate(
     table_out: Annotated[Optional[Path], typer.Option(
         "--table-out", help="Also write the rank table to this file", show_default=False)
     ] = None,
+    timeline: Annotated[bool, typer.Option(
+        "--report", help="Then draw every node's start on one time axis (as "
+        "`ascend-node report` does)")] = False,
     json_out: Json = False, debug: Debug = False,
 ) -> None:
     """Run the real agent as N local processes with fake NPUs; one line per server."""
@@ -365,9 +368,18 @@ def simulate(
         if table_out is not None:
             write_table(report, table_out)
         if json_out:
-            _emit(report.to_json())
+            doc = report.to_json()
+            if timeline:
+                from ascend_node.report.cli import sim_timeline
+
+                doc["timeline"] = sim_timeline(report.shared_dir, spec.run_id)[0]
+            _emit(doc)
         else:
             print(format_report(report))
+            if timeline:
+                from ascend_node.report.cli import sim_timeline
+
+                print(sim_timeline(report.shared_dir, spec.run_id)[1])
         if not report.ok:
             raise typer.Exit(report.worst_exit)
 

@@ -41,3 +41,15 @@ def timeline_json(tl: Timeline) -> dict[str, Any]:
                                    "end": round(b["end"], 3)} for b in r["bars"]]}
                    for r in doc["rows"]]
     return doc
+
+
+def sim_timeline(shared_dir: Path, run_id: str) -> tuple[Optional[dict[str, Any]], str]:
+    """`simulate --report`: the timeline of the simulated job, or why there is none
+    (the simulation's verdict and exit code stay its own)."""
+    from ascend_node.errors import AscendNodeError
+
+    try:
+        doc, text = run_report(shared_dir, run_id)
+    except AscendNodeError as exc:
+        return None, f"no timeline: {exc.cause}"
+    return doc, text

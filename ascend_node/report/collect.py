@@ -56,6 +56,7 @@ class Collected:
     node_count: int = 0
     slot_published: dict[int, float] = field(default_factory=dict)  # slot mtimes
     decided: Optional[float] = None  # outcome.json's mtime: the table (or abort) was written
+    opened: Optional[float] = None  # attempt.json's mtime, when it names this attempt
 
 
 def validate_summary(raw: bytes, run_id: str, attempt: str, index: int) -> NodeSummary:
@@ -104,7 +105,8 @@ def collect(shared_dir: Path, run_id: str, attempt: Optional[str] = None) -> Col
     """Every node's summary of `attempt` (default: the current attempt, else `none`)."""
     paths = RunPaths(shared_dir, run_id)
     check_real_dirs(shared_dir, paths.root / "timeline")
-    chosen = attempt or current_attempt(paths)  # None: nodes that met no attempt
+    current = current_attempt(paths)
+    chosen = attempt or current  # None: nodes that met no attempt
     directory = timeline_dir(paths, chosen)
     check_real_dirs(shared_dir, directory)
     try:
@@ -162,5 +164,7 @@ def collect(shared_dir: Path, run_id: str, attempt: Optional[str] = None) -> Col
                     slot_published[index] = stamp / 1e9
         outcome = file_mtime_ns(paths.outcome(chosen))
         decided = outcome / 1e9 if outcome else None
+    stamp = file_mtime_ns(paths.attempt_file) if chosen is not None and chosen == current \
+        else None
     return Collected(run_id, chosen, directory, tuple(summaries), tuple(ignored),
-                     node_count, slot_published, decided)
+                     node_count, slot_published, decided, stamp / 1e9 if stamp else None)

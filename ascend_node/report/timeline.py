@@ -182,7 +182,7 @@ def build_timeline(got: Collected) -> Timeline:
     missing = tuple(node_name(i, master_count) if master_count is not None else f"node {i}"
                     for i in range(got.node_count)
                     if i not in by_index and i not in got.slot_published)
-    words = explain(got.summaries, published, t0, got.decided, singles, master_count)
+    words = explain(got.summaries, published, t0, got.decided, singles, got.opened)
     return Timeline(got.run_id, got.attempt_id, got.node_count, t0, span, tuple(rows),
                     per_row, tuple(words), missing, tuple(i.line() for i in got.ignored),
                     got.decided - t0 if got.decided else None)
@@ -203,16 +203,16 @@ def _master_count(summaries: tuple[NodeSummary, ...]) -> Optional[int]:
 
 
 def group_rows(rows: list[Row], limit: int) -> tuple[list[Row], int]:
-    """At most `limit` rows: consecutive nodes share a row, drawn as the one that
-    published last (the one the others waited for)."""
+    """At most `limit` rows: consecutive nodes share a row, drawn as a failed one if
+    any, else the one that published last (the one the others waited for)."""
     if len(rows) <= limit:
         return rows, 1
     per = math.ceil(len(rows) / limit)
     out = []
     for k in range(0, len(rows), per):
         chunk = rows[k:k + per]
-        slowest = max(chunk, key=lambda r: (r.published is None, r.published or 0.0,
-                                            r.end or 0.0))
+        slowest = max(chunk, key=lambda r: (r.outcome.startswith("exit"), r.published is None,
+                                            r.published or 0.0, r.end or 0.0))
         first, last = chunk[0].index, chunk[-1].index
         out.append(Row(slowest.index, f"{first}-{last} >{slowest.index}", slowest.bars,
                        slowest.published, slowest.end, slowest.outcome,
@@ -224,7 +224,7 @@ _BEFORE_PUBLISH = ("container", "startup", "discovery", "mindcluster", "rendezvo
 
 
 def explain(summaries: tuple[NodeSummary, ...], published: dict[int, float], t0: float,
-            decided: Optional[float], rows: list[Row], master_count: Optional[int]
+            decided: Optional[float], rows: list[Row], opened: Optional[float] = None
             ) -> list[str]:
     """The last arrival and why, the table, the slowest hand-over, and failures."""
     words: list[str] = []
@@ -243,7 +243,7 @@ def explain(summaries: tuple[NodeSummary, ...], published: dict[int, float], t0:
         if last != ref:
             head = (f"last arrival: {name(last)} published {fmt_s(lead)} after "
                     f"{name(ref)}")
-        reason = why_late(by_index.get(last), summaries, t0)
+        reason = why_late(by_index.get(last), summaries, t0, opened, by_index.get(0))
         words.append(head + (f": {reason}" if reason else ""))
         if decided is not None and decided >= published[last]:
             words.append(f"table: written {fmt_s(decided - published[last])} after the last "
@@ -267,12 +267,24 @@ def explain(summaries: tuple[NodeSummary, ...], published: dict[int, float], t0:
     return words
 
 
-def why_late(late: Optional[NodeSummary], summaries: tuple[NodeSummary, ...], t0: float
-             ) -> str:
-    """What made `late` arrive late: a late start, or its phase furthest above the
-    other nodes' median (with the device queries named for a slow discovery)."""
+OPEN_WAIT = 1.0  # published within this of the attempt's opening: it waited for node 0
+
+
+def why_late(late: Optional[NodeSummary], summaries: tuple[NodeSummary, ...], t0: float,
+             opened: Optional[float] = None, node0: Optional[NodeSummary] = None) -> str:
+    """What made `late` arrive late: node 0 opening the attempt late, a late start, or
+    its phase furthest above the other nodes' median (with the device queries named
+    for a slow discovery)."""
     if late is None:
         return ""
+    joined = [p.start for p in late.phases if p.name == "rendezvous"]
+    if (opened is not None and late.global_index != 0 and joined and late.published
+            and joined[0] < opened <= late.published <= opened + OPEN_WAIT):
+        text = (f"it waited {fmt_s(opened - joined[0])} for node 0 to open the attempt "
+                f"(at {fmt_s(opened - t0)})")
+        first = why_late(node0, summaries, t0) if node0 is not None else ""
+        return text + (f"; node 0: {first[4:] if first.startswith('its ') else first}"
+                       if first else "")
     others = [s for s in summaries if s.global_index != late.global_index]
     if not others:
         return ""
@@ -297,5 +309,5 @@ def why_late(late: Optional[NodeSummary], summaries: tuple[NodeSummary, ...], t0
     if best == "discovery":
         tools = tool_words(late)
         if tools:
-            text += f" ({tools[2:]})"
+            text += f": {tools[2:]}"
     return text
