@@ -14,7 +14,7 @@ from ascend_node.identity import NodeIdentity
 from ascend_node.rendezvous import store
 from ascend_node.report import record
 from ascend_node.report.collect import collect
-from ascend_node.report.summary import MAX_PHASES, spans_from_events
+from ascend_node.report.record import MAX_PHASES, spans_from_events
 from tests.report_cases import ATTEMPT, RUN, node
 
 
@@ -39,7 +39,7 @@ def test_spans_are_shifted_to_the_volume_clock_and_bounded():
            {"run": "r", "phase": "outputs", "start": 102.0, "end": 101.0},  # ends first
            {"run": "r", "phase": "install", "start": "soon", "end": 103.0}]
     spans = spans_from_events(evs, offset=-40.0)
-    assert [(s.name, s.start, s.end, s.device) for s in spans] == [
+    assert [(s["name"], s["start"], s["end"], s["device"]) for s in spans] == [
         ("discovery", 60.0, 61.5, None), ("discovery.hccn_tool", 60.1, 61.0, 3)]
     many = [{"phase": "discovery.hccn_tool", "start": 1.0 + i, "end": 2.0 + i}
             for i in range(MAX_PHASES * 2)]
@@ -152,3 +152,45 @@ def test_hostile_and_foreign_summaries_are_left_out_and_named(tmp_path):
     assert set(reasons) == set(expected)
     for name, words in expected.items():
         assert words in reasons[name], (name, reasons[name])
+
+
+def test_process_starts_are_read_from_proc_as_psutil_reads_them():
+    psutil = pytest.importorskip("psutil")
+    own = record.proc_start(os.getpid())
+    assert own is not None
+    assert abs(own[0] - psutil.Process().create_time()) < 0.05
+    assert own[1] == os.getppid()
+    assert record.proc_start(2**22 + 7) is None  # no such process
+
+
+def fake_proc(root, table: dict[int, tuple[int, int]], btime: int = 1_000_000) -> None:
+    """/proc with `pid: (ppid, start ticks)` (100 ticks a second on this machine)."""
+    (root / "stat").parent.mkdir(parents=True, exist_ok=True)
+    (root / "stat").write_text(f"cpu  1 2 3\nbtime {btime}\nprocesses 9\n")
+    for pid, (ppid, ticks) in table.items():
+        (root / str(pid)).mkdir()
+        rest = ["S", str(ppid)] + ["0"] * 17 + [str(ticks)] + ["0"] * 10
+        (root / str(pid) / "stat").write_text(f"{pid} (a (weird) name) {' '.join(rest)}\n")
+
+
+@pytest.mark.parametrize("table, pid, expect, taken", [
+    # The agent is PID 1 (the image's ENTRYPOINT).
+    ({1: (0, 5000)}, 1, "the agent is PID 1", True),
+    # sh -c "... && ascend-node boot": PID 1 is the parent, started 30 s before.
+    ({1: (0, 2000), 40: (1, 5000)}, 40, "PID 1's start", True),
+    # tini -> sh -> agent.
+    ({1: (0, 2000), 7: (1, 2100), 40: (7, 5000)}, 40, "PID 1's start", True),
+    # A host or a simulation: PID 1 far up the tree.
+    ({1: (0, 100), 5: (1, 200), 6: (5, 300), 40: (6, 5000)}, 40, "is not the agent", False),
+    # PID 1 two hours older than the agent: a long-lived container, not this start.
+    ({1: (0, 100), 40: (1, 100 + 7200 * 100)}, 40, "before the agent", False),
+])
+def test_the_container_start_is_taken_from_pid_1_only_when_it_is_this_start(
+        tmp_path, table, pid, expect, taken):
+    if os.sysconf("SC_CLK_TCK") != 100:
+        pytest.skip("the fake /proc is written in 100 ticks a second")
+    fake_proc(tmp_path, table)
+    start, why, own = record.container_start(pid, tmp_path)
+    assert expect in why
+    assert own == 1_000_000 + table[pid][1] / 100
+    assert start == (1_000_000 + table[1][1] / 100 if taken else None)

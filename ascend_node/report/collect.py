@@ -27,8 +27,13 @@ from ascend_node.rendezvous.store import (
     file_mtime_ns,
     read_bytes_nofollow,
 )
-from ascend_node.report.record import current_attempt, timeline_dir
-from ascend_node.report.summary import MAX_SUMMARY_BYTES, NodeSummary, attempt_dir_name
+from ascend_node.report.record import (
+    MAX_SUMMARY_BYTES,
+    attempt_dir_name,
+    current_attempt,
+    timeline_dir,
+)
+from ascend_node.report.summary import NodeSummary
 
 MAX_FILES = 4096  # more names than any job has nodes: the rest is not read
 MAX_SPREAD = 86400.0  # a summary whose times span more than a day is not a job's start

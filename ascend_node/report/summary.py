@@ -6,27 +6,23 @@ it is replaced (atomically) when the node's rendezvous ends and again when `boot
 over or fails. Every time in it is on the shared volume's clock (see `record`), so
 summaries written by pods on different hosts line up without trusting their clocks.
 
-Pure: building the document from a run's events is a function of its inputs; the
-reader validates like every shared document (pydantic, `schema_version`, bounded size).
+The writer (`record`) builds the document as plain JSON, so a pod pays for no model
+build on its start path; the reader validates it like every shared document (pydantic,
+`schema_version`, bounded size), and the tests hold the writer to this model.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from typing import Annotated, Any, Literal, Optional
+from typing import Annotated, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ascend_node.report.record import MAX_CAUSE, MAX_PHASES, PHASE_PATTERN, SummaryState
+
 SCHEMA_VERSION: Literal[1] = 1
-MAX_SUMMARY_BYTES = 64 * 1024  # a 16-NPU node writes about 4 KiB
-MAX_PHASES = 160
-MAX_CAUSE = 300
 _ID = r"^[A-Za-z0-9_.:-]{1,128}$"
-_PHASE = r"^[a-z_]{1,32}(\.[a-z_]{1,32}){0,2}$"
 # Times are seconds since the epoch on the volume's clock: bounded, finite.
 VolumeTime = Annotated[float, Field(ge=0.0, le=1e11, allow_inf_nan=False)]
-
-SummaryState = Literal["table", "exec", "failed"]
 
 
 class PhaseSpan(BaseModel):
@@ -34,7 +30,7 @@ class PhaseSpan(BaseModel):
     (`discovery.hccn_tool`, one per call, with its `device`)."""
 
     model_config = ConfigDict(defer_build=True, extra="forbid", frozen=True)
-    name: str = Field(pattern=_PHASE)
+    name: str = Field(pattern=PHASE_PATTERN)
     start: VolumeTime
     end: VolumeTime
     outcome: str = Field(default="ok", max_length=32)
@@ -90,41 +86,3 @@ class NodeSummary(BaseModel):
     @property
     def last(self) -> float:
         return max([self.written, *(p.end for p in self.phases)])
-
-
-def spans_from_events(events: Iterable[Mapping[str, Any]], offset: float,
-                      limit: int = MAX_PHASES) -> tuple[PhaseSpan, ...]:
-    """The run's events as spans on the volume's clock (local + `offset`), in order of
-    start; the `run` marker and anything malformed are left out, the list is cut at
-    `limit` (a run writes about 15 events plus one per NPU)."""
-    import re
-
-    pattern = re.compile(_PHASE)
-    out: list[PhaseSpan] = []
-    for event in sorted(events, key=lambda e: _number(e.get("start"))):
-        name = event.get("phase")
-        start, end = _number(event.get("start")), _number(event.get("end"))
-        if (not isinstance(name, str) or name == "run" or not pattern.match(name)
-                or start <= 0 or end < start):
-            continue
-        device = event.get("device")
-        out.append(PhaseSpan(
-            name=name, start=round(start + offset, 6), end=round(end + offset, 6),
-            outcome=str(event.get("outcome", "ok"))[:32],
-            device=device if isinstance(device, int) and 0 <= device <= 63 else None))
-        if len(out) >= limit:
-            break
-    return tuple(out)
-
-
-def _number(value: Any) -> float:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) \
-        else -1.0
-
-
-def summary_name(global_index: int) -> str:
-    return f"node-{global_index}.json"
-
-
-def attempt_dir_name(attempt_id: Optional[str]) -> str:
-    return attempt_id or "none"
