@@ -93,7 +93,7 @@ def test_help_lists_the_version_flag_and_every_command_in_plain_text():
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0
     assert "--version" in done.stdout
-    for command in ("discover", "ranktable", "boot", "validate", "status", "simulate",
+    for command in ("discover", "ranktable", "boot", "validate", "status", "simulate", "report",
                     "manifest", "version"):
         assert f"  {command} " in done.stdout
     assert "\x1b[" not in done.stdout and "╭" not in done.stdout  # no rich boxes or colours

@@ -77,13 +77,16 @@ def render_text(tl: Timeline, width: int = WIDTH, label_width: Optional[int] = N
             axis[at:at + len(text)] = list(text)
         k += 1
     lines.append(f"{'node':<{lw}} {''.join(axis).rstrip()}")
+    drawn = set()
     for row in tl.rows:
         end = f"{row.outcome} {fmt_s(row.end)}" if row.end is not None else row.outcome
-        lines.append(f"{row.label:<{lw}} {row_cells(row, tl.span, width)}  {end}".rstrip())
-    used = {b.phase for r in tl.rows for b in r.bars}
-    legend = [f"{s.glyph} {s.label}" for s in STYLES if s.name in used]
-    if any(r.outcome.startswith("exit") for r in tl.rows):
-        legend.append("! failed")
+        cells = row_cells(row, tl.span, width)
+        drawn |= set(cells)
+        lines.append(f"{row.label:<{lw}} {cells}  {end}".rstrip())
+    # The key to what is drawn (a phase shorter than a cell has no glyph to explain).
+    legend = [f"{s.glyph} {s.label}" for s in STYLES if s.glyph in drawn]
+    legend += [f"{g} {what}" for g, what in (("!", "failed"), ("|", "published, no summary"))
+               if g in drawn]
     if legend:
         lines.append("  ".join(legend))
     lines.extend(tl.words)
