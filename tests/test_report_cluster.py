@@ -75,3 +75,33 @@ def test_a_volume_that_refuses_the_summaries_starts_the_job_all_the_same(tmp_pat
     alone = report(shared)
     assert alone.returncode == 1 and "Traceback" not in alone.stderr
     assert "timeline is not a directory, refused" in alone.stderr
+
+
+def test_nodes_whose_clocks_are_hours_apart_line_up_on_the_volume_clock(tmp_path):
+    """Each node under libfaketime with its own offset: the summaries carry the offset
+    each measured, and the timeline spans seconds, not hours."""
+    import shutil
+
+    faketime = shutil.which("faketime")
+    if faketime is None:
+        pytest.skip("faketime is not installed (Debian package faketime; "
+                    "scripts/ci-setup-sshfs installs it as root)")
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    skews = {"-7h": 7 * 3600, "+0": 0, "+5h": -5 * 3600}
+    spec = SimSpec(nodes=3, devices=2, timeout=60)
+    nodes = prepare(spec, tmp_path, shared)
+    for node, skew in zip(nodes, skews):
+        node.argv = [faketime, "-f", skew, *node.argv]
+    results = launch(nodes, spec.timeout)
+    assert [r.exit_code for r in results] == [0, 0, 0], [r.stderr for r in results]
+    done = report(shared, "--json")
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+    offsets = [s["clock"]["offset"] for s in doc["summaries"]]
+    for got, want in zip(offsets, skews.values()):
+        assert abs(got - want) < 60, offsets  # volume - local: minus the node's skew
+    assert doc["span"] < 600  # seconds of a start, not the hours between the clocks
+    published = [s["published"] for s in doc["summaries"]]
+    firsts = [row["bars"][0]["start"] for row in doc["rows"]]
+    assert max(published) - min(published) < 120 and max(firsts) < 120

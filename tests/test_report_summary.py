@@ -154,19 +154,25 @@ def test_hostile_and_foreign_summaries_are_left_out_and_named(tmp_path):
         assert words in reasons[name], (name, reasons[name])
 
 
-def test_process_starts_are_read_from_proc_as_psutil_reads_them():
-    psutil = pytest.importorskip("psutil")
-    own = record.proc_start(os.getpid())
-    assert own is not None
-    assert abs(own[0] - psutil.Process().create_time()) < 0.05
-    assert own[1] == os.getppid()
+def test_a_process_start_is_just_before_its_first_line_on_its_own_clock():
+    """Not /proc/stat's whole-second `btime` (psutil's way, up to 1 s off): the start
+    precedes the interpreter's first line by its start-up only."""
+    import subprocess
+    import sys
+
+    code = ("import time; first = time.time()\n"
+            "import os; from ascend_node.report.record import proc_start\n"
+            "start, ppid = proc_start(os.getpid()); print(first - start, ppid == os.getppid())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.split()
+    assert -0.02 <= float(out[0]) < 5.0 and out[1] == "True"  # a clock tick is 10 ms
     assert record.proc_start(2**22 + 7) is None  # no such process
 
 
-def fake_proc(root, table: dict[int, tuple[int, int]], btime: int = 1_000_000) -> None:
+def fake_proc(root, table: dict[int, tuple[int, int]], uptime: float = 100_000.0) -> None:
     """/proc with `pid: (ppid, start ticks)` (100 ticks a second on this machine)."""
-    (root / "stat").parent.mkdir(parents=True, exist_ok=True)
-    (root / "stat").write_text(f"cpu  1 2 3\nbtime {btime}\nprocesses 9\n")
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "uptime").write_text(f"{uptime:.2f} 12345.67\n")
     for pid, (ppid, ticks) in table.items():
         (root / str(pid)).mkdir()
         rest = ["S", str(ppid)] + ["0"] * 17 + [str(ticks)] + ["0"] * 10
@@ -190,7 +196,8 @@ def test_the_container_start_is_taken_from_pid_1_only_when_it_is_this_start(
     if os.sysconf("SC_CLK_TCK") != 100:
         pytest.skip("the fake /proc is written in 100 ticks a second")
     fake_proc(tmp_path, table)
-    start, why, own = record.container_start(pid, tmp_path)
+    now = 2_000_000.0  # the wall clock when uptime was 100000 s
+    start, why, own = record.container_start(pid, tmp_path, now)
     assert expect in why
-    assert own == 1_000_000 + table[pid][1] / 100
-    assert start == (1_000_000 + table[1][1] / 100 if taken else None)
+    assert own == pytest.approx(now - 100_000 + table[pid][1] / 100)
+    assert start == (pytest.approx(now - 100_000 + table[1][1] / 100) if taken else None)
