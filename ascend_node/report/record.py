@@ -4,7 +4,7 @@ Called by `bootstrap` when the rendezvous has returned or raised, and by `boot` 
 before exec (or when it fails). It must never change what the node does: every failure
 is logged at debug level and swallowed, the exit code is the caller's, and nothing here
 runs inside the rendezvous. Its own time is recorded as the `summary` event (a few ms:
-docs/benchmarks.md). The document is built as plain JSON (no pydantic model build on a
+docs/benchmarks.md), except before exec, whose event stays the run's last. The document is built as plain JSON (no pydantic model build on a
 pod's start path); `summary.NodeSummary` is its schema, which readers validate against.
 
 The volume's clock: the node creates a probe file in the summary's directory and reads
@@ -224,5 +224,6 @@ def leave_summary(
         log.debug("no timeline summary: %s: %s", err.__class__.__name__, err)
         return None
     finally:
-        events.record("summary", started, time.time(), outcome, state=state)
+        if state != "exec":  # `exec` stays the last event of a run (docs/events.md)
+            events.record("summary", started, time.time(), outcome, state=state)
     return path
