@@ -95,3 +95,14 @@ def test_the_page_shows_the_labels_the_words_and_a_hover_text_for_every_bar(tmp_
     assert ("<title>worker 2 (node 3): discovery 4.71 s (from 2.55 s to 7.26 s); "
             "8 x hccn_tool -ip at 4.70 s each</title>") in dom
     assert dom.count("<title>") == 1 + len(layout(tl).rects)  # the page's, and each bar's
+
+
+def test_a_large_job_page_names_the_failure_and_the_absent_nodes(tmp_path):
+    tl = build_timeline(large_job())
+    page = tmp_path / "report.html"
+    page.write_text(render_html(tl), encoding="utf-8")
+    dom = chromium(tmp_path, page, "--dump-dom").stdout
+    assert dom.count('class="label"') == len(tl.rows) <= 40
+    assert ">11-12 &gt;12</text>" in dom and ">exit 4 31.0 s</text>" in dom
+    assert "never arrived (2): worker 7 (node 9), worker 48 (node 50)" in dom
+    assert "worker 10 (node 12) failed with exit 4: timed out after 60 s" in dom

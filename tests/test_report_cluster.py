@@ -105,3 +105,23 @@ def test_nodes_whose_clocks_are_hours_apart_line_up_on_the_volume_clock(tmp_path
     published = [s["published"] for s in doc["summaries"]]
     firsts = [row["bars"][0]["start"] for row in doc["rows"]]
     assert max(published) - min(published) < 120 and max(firsts) < 120
+
+
+def test_simulate_report_draws_the_simulated_job(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "ascend_node", "simulate", "--nodes", "3",
+                           "--devices", "2", "--tool-delay", "0.3", "--shared-dir",
+                           str(tmp_path), "--report"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    verdict = next(i for i, ln in enumerate(lines) if "identical tables on every node" in ln)
+    timeline = lines[verdict + 2:]  # after the verdict and the table's path
+    assert timeline[0].startswith("run sim, attempt ") and "3 of 3 nodes" in timeline[0]
+    assert [ln.split()[:2] for ln in timeline[2:5]] == [["0", "m0"], ["1", "w0"], ["2", "w1"]]
+    assert any(ln.startswith("last arrival: ") for ln in timeline)
+    as_json = subprocess.run([sys.executable, "-m", "ascend_node", "simulate", "--nodes", "2",
+                              "--devices", "2", "--shared-dir", str(tmp_path / "j"),
+                              "--report", "--json"],
+                             capture_output=True, text=True, timeout=120)
+    doc = json.loads(as_json.stdout)
+    assert doc["ok"] and len(doc["timeline"]["rows"]) == 2

@@ -106,12 +106,25 @@ def available_attempts(paths: RunPaths) -> list[str]:
         return []
 
 
+def newest_attempt(paths: RunPaths) -> Optional[str]:
+    """Without attempt.json (a volume copied elsewhere, a cleaned run): the attempt whose
+    summaries changed last, unless nodes left some under `none`."""
+    try:
+        dirs = [e for e in os.scandir(paths.root / "timeline")
+                if e.is_dir(follow_symlinks=False)]
+    except OSError:
+        return None
+    if not dirs or any(e.name == "none" for e in dirs):
+        return None
+    return max(dirs, key=lambda e: e.stat(follow_symlinks=False).st_mtime_ns).name
+
+
 def collect(shared_dir: Path, run_id: str, attempt: Optional[str] = None) -> Collected:
     """Every node's summary of `attempt` (default: the current attempt, else `none`)."""
     paths = RunPaths(shared_dir, run_id)
     check_real_dirs(shared_dir, paths.root / "timeline")
     current = current_attempt(paths)
-    chosen = attempt or current  # None: nodes that met no attempt
+    chosen = attempt or current or newest_attempt(paths)  # None: nodes that met no attempt
     directory = timeline_dir(paths, chosen)
     check_real_dirs(shared_dir, directory)
     try:

@@ -4,8 +4,9 @@ Called by `bootstrap` when the rendezvous has returned or raised, and by `boot` 
 before exec (or when it fails). It must never change what the node does: every failure
 is logged at debug level and swallowed, the exit code is the caller's, and nothing here
 runs inside the rendezvous. Its own time is recorded as the `summary` event (a few ms:
-docs/benchmarks.md), except before exec, whose event stays the run's last. The document is built as plain JSON (no pydantic model build on a
-pod's start path); `summary.NodeSummary` is its schema, which readers validate against.
+docs/benchmarks.md), except before exec, whose event stays the run's last. The document
+is built as plain JSON (no pydantic model build on a pod's start path);
+`summary.NodeSummary` is its schema, which readers validate against.
 
 The volume's clock: the node creates a probe file in the summary's directory and reads
 its mtime, which the volume's server stamps, between two readings of the local clock;
