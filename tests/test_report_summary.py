@@ -201,3 +201,30 @@ def test_the_container_start_is_taken_from_pid_1_only_when_it_is_this_start(
     assert expect in why
     assert own == pytest.approx(now - 100_000 + table[pid][1] / 100)
     assert start == (pytest.approx(now - 100_000 + table[1][1] / 100) if taken else None)
+
+
+class Odd(Exception):
+    exit_code = 300  # not a process exit code
+    cause = "x" * 5000
+
+
+@pytest.mark.parametrize("exc", [None, Odd(), ValueError("boom " * 400), KeyboardInterrupt()])
+def test_whatever_a_node_meets_its_summary_validates(tmp_path, exc):
+    """The writer builds plain JSON; the reader's model must accept every document it
+    can build (long names and causes cut, odd exit codes mapped, odd events dropped)."""
+    from ascend_node.report.summary import NodeSummary
+
+    ident = NodeIdentity(role="worker", task_index=7, master_count=1, worker_count=9,
+                         pod_ip="fe80::1%" + "eth0" * 40, host_ip="h", incarnation="p")
+    evs = [{"phase": "discovery", "start": 10.0, "end": 11.0, "device": True},
+           {"phase": "discovery.hccn_tool", "start": 10.0, "end": 10.5, "device": 99},
+           {"phase": "x" * 40, "start": 10.0, "end": 10.5},
+           {"phase": "config", "start": 12.0, "end": 12.0, "outcome": "o" * 100}]
+    doc = record.build_summary(store.RunPaths(tmp_path, "r1"), ident, "boot",
+                               "failed" if exc else "exec", "a-1", (5.0, 0.001, "probe"),
+                               exc, evs)
+    got = NodeSummary.model_validate_json(json.dumps(doc))
+    assert [p.name for p in got.phases] == ["discovery", "discovery.hccn_tool", "config"]
+    assert all(p.device is None for p in got.phases) and got.phases[0].start == 15.0
+    if exc is not None:
+        assert got.exit_code == 1 and 0 < len(got.cause) <= 300
