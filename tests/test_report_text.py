@@ -31,6 +31,9 @@ def test_a_slow_discovery_is_named_with_its_tool_calls():
     check_golden("slow_discovery.txt", text)
     assert ("last arrival: worker 2 (node 3) published 4.80 s after master 0 (node 0): its "
             "discovery took 4.71 s (others: 0.06 s): 8 x hccn_tool -ip at 4.70 s each") in text
+    assert ("critical path: worker 2 (node 3) from 2.15 s: discovery 4.71 s -> published at "
+            "7.36 s -> table at 7.51 s -> worker 2 (node 3): pre-flight 0.64 s -> exec at "
+            "9.11 s") in text
     rows = text.splitlines()[2:6]
     assert [r.split()[0] for r in rows] == ["0", "1", "2", "3"]
     # Node 3's row is the one with a long discovery; node 2's shows its container start.

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import dataclass
-from typing import Optional
+from typing import Callable, Optional
 
 from ascend_node.identity import node_name
 from ascend_node.report.collect import Collected
@@ -261,10 +261,50 @@ def explain(summaries: tuple[NodeSummary, ...], published: dict[int, float], t0:
                 after = f" ({STYLE[big.phase].label} {fmt_s(big.seconds)})"
         words.append(f"last hand-over: {name(slow.index)} exec at {fmt_s(slow.end or 0.0)}"
                      f"{after}")
+    path = critical_path(rows, published, t0, decided, name)
+    if path:
+        words.append(path)
     for s in summaries:
         if s.state == "failed":
             words.append(f"{s.name} failed with exit {s.exit_code}: {s.cause or 'no cause'}")
     return words
+
+
+_AFTER_TABLE = ("outputs", "preflight", "install", "set_env", "config")
+
+
+def critical_path(rows: list[Row], published: dict[int, float], t0: float,
+                  decided: Optional[float], name: Callable[[int], str]) -> str:
+    """The chain the job's start waited on: the last arrival's phases up to publishing,
+    the table, then the last hand-over's phases up to exec. Only phases that take at
+    least 5 % of the whole (or the largest of each side) are named."""
+    by_index = {r.index: r for r in rows if r.bars}
+    arrived = [i for i in published if i in by_index]
+    if not arrived:
+        return ""
+    total = max((r.end or 0.0) for r in rows) or 1.0
+    last = by_index[max(arrived, key=lambda i: (published[i], i))]
+
+    def named(bars: list[Bar]) -> str:
+        if not bars:
+            return ""
+        big = max(bars, key=lambda b: b.seconds)
+        keep = [b for b in bars if b.seconds >= 0.05 * total or b is big]
+        return ", ".join(f"{STYLE[b.phase].label} {fmt_s(b.seconds)}" for b in keep)
+
+    before = [b for b in last.bars if b.phase in _BEFORE_PUBLISH and b.phase != "rendezvous"]
+    parts = [f"{name(last.index)} from {fmt_s(last.bars[0].start)}"
+             + (f": {named(before)}" if before else ""),
+             f"published at {fmt_s(published[last.index] - t0)}"]
+    if decided is not None:
+        parts.append(f"table at {fmt_s(decided - t0)}")
+    handed = [r for r in rows if r.outcome == "exec" and r.end is not None and r.bars]
+    if handed:
+        slow = max(handed, key=lambda r: r.end or 0.0)
+        after = named([b for b in slow.bars if b.phase in _AFTER_TABLE])
+        parts.append(f"{name(slow.index)}" + (f": {after}" if after else ""))
+        parts.append(f"exec at {fmt_s(slow.end or 0.0)}")
+    return "critical path: " + " -> ".join(parts)
 
 
 OPEN_WAIT = 1.0  # published within this of the attempt's opening: it waited for node 0
