@@ -94,7 +94,9 @@ def test_the_page_shows_the_labels_the_words_and_a_hover_text_for_every_bar(tmp_
     assert "last arrival: worker 2 (node 3) published 4.80 s after master 0 (node 0)" in dom
     assert ("<title>worker 2 (node 3): discovery 4.71 s (from 2.55 s to 7.26 s); "
             "8 x hccn_tool -ip at 4.70 s each</title>") in dom
-    assert dom.count("<title>") == 1 + len(layout(tl).rects)  # the page's, and each bar's
+    # The page's title, each bar's, and the table's mark.
+    assert dom.count("<title>") == 2 + len(layout(tl).rects)
+    assert "<title>table written at 7.51 s</title>" in dom
 
 
 def test_a_large_job_page_names_the_failure_and_the_absent_nodes(tmp_path):

@@ -84,6 +84,13 @@ def render_html(tl: Timeline, width: int = WIDTH) -> str:
         svg.append(f'<line x1="{x}" y1="{axis_y}" x2="{x}" y2="{lay.height - 4}" '
                    'stroke="#e6e6e6"/>')
         svg.append(f'<text x="{x + 2}" y="{axis_y}" fill="#555">{escape(label)}</text>')
+    if tl.decided is not None:
+        # When node 0 wrote the table: everyone waited for it (under the bars).
+        x = round(lay.x_of(tl.decided, tl.span), 2)
+        svg.append(f'<line class="table-mark" x1="{x}" y1="{axis_y + 4}" x2="{x}" '
+                   f'y2="{lay.height - 4}" stroke="#444" stroke-dasharray="3,3">'
+                   f'<title>table written at {escape(fmt_s(tl.decided))}</title></line>')
+        svg.append(f'<text x="{x + 2}" y="{TOP - 20}" fill="#444">table</text>')
     for i, row in enumerate(tl.rows):
         y = TOP + i * ROW_H + ROW_H / 2 + 4
         svg.append(f'<text class="label" x="8" y="{y}">{escape(row.label)}</text>')
