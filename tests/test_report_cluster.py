@@ -27,7 +27,8 @@ def test_a_node_with_slow_hccn_tool_calls_is_named_as_the_last_arrival(tmp_path)
     spec = SimSpec(nodes=3, devices=4, timeout=120, command=("boot", "--", "true"),
                    extra_env={"ASCEND_NODE_PREFLIGHT": "off"})
     nodes = prepare(spec, tmp_path, shared)
-    nodes[2].env["ASCEND_NODE_SIM_DELAY"] = "3"  # node 2's four hccn_tool calls: 3 s each
+    # Node 2's four hccn_tool calls take 5 s each: more than any start-up on a loaded machine.
+    nodes[2].env["ASCEND_NODE_SIM_DELAY"] = "5"
     results = launch(nodes, spec.timeout)
     assert [r.exit_code for r in results] == [0, 0, 0], [r.stderr for r in results]
     done = report(shared, "--json")
@@ -37,7 +38,7 @@ def test_a_node_with_slow_hccn_tool_calls_is_named_as_the_last_arrival(tmp_path)
     assert [s["state"] for s in doc["summaries"]] == ["exec"] * 3
     last = doc["words"][0]
     assert last.startswith("last arrival: worker 1 (node 2) published ")
-    assert "its discovery took" in last and "4 x hccn_tool -ip at 3." in last
+    assert "its discovery took" in last and "4 x hccn_tool -ip at 5." in last
     # Every node's phases lie on one axis, in the order a boot goes through them.
     for row in doc["rows"]:
         phases = [b["phase"] for b in row["bars"]]
