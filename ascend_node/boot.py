@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, NoReturn, Optional
 
 from ascend_node import events
-from ascend_node.bootstrap import TableResult
+from ascend_node.bootstrap import TableResult, leave_summary
 from ascend_node.errors import ConfigError
 from ascend_node.install import WHEEL_DIR_ENV, install_atb_wheel, wheel_dirs_from_env
 from ascend_node.launch import exec_command
@@ -188,6 +188,18 @@ def _configure_mindie(
 def boot(
     settings: Settings, environ: Mapping[str, str], result: TableResult, opts: BootOptions,
 ) -> NoReturn:
+    identity = result.discovery.identity
+    try:
+        _boot(settings, environ, result, opts)
+    except BaseException as exc:
+        # The node's timeline summary says how boot ended (never changes the exit code).
+        leave_summary(settings, identity, "boot", "failed", result.attempt_id, exc)
+        raise
+
+
+def _boot(
+    settings: Settings, environ: Mapping[str, str], result: TableResult, opts: BootOptions,
+) -> NoReturn:
     reachability(settings, result)
     argv, env, added = prepare_exec(settings, environ, result, opts)
     write_env(settings.state_dir, added, settings.file_owner)
@@ -199,6 +211,7 @@ def boot(
     now = time.time()
     # The last event this process writes: after exec the server owns the pid.
     events.record("exec", now, now, "exec", command=argv[0], launcher=opts.launcher)
+    leave_summary(settings, result.discovery.identity, "boot", "exec", result.attempt_id)
     exec_command(argv, env)
 
 

@@ -200,6 +200,7 @@ def ranktable(
     except AscendNodeError as exc:
         if identity is not None:
             _publish_local_failure(paths, identity, exc, deadline)
+            leave_summary(settings, identity, command, "failed", exc=exc)
         raise
     status = status.replace(phase="rendezvous", node=identity.name)
     write_status(settings.state_dir, status)
@@ -219,11 +220,18 @@ def ranktable(
         health=health,
         preflight=preflight,
     )
-    with events.phase("rendezvous", node=identity.name, nodes=identity.node_count) as detail:
-        outcome = rdzv.run()
-        detail["attempt"] = outcome.attempt_id
-        if outcome.warnings:
-            detail["preflight_warnings"] = len(outcome.warnings)
+    try:
+        with events.phase("rendezvous", node=identity.name,
+                          nodes=identity.node_count) as detail:
+            outcome = rdzv.run()
+            detail["attempt"] = outcome.attempt_id
+            if outcome.warnings:
+                detail["preflight_warnings"] = len(outcome.warnings)
+    except BaseException as exc:
+        leave_summary(settings, identity, command, "failed", exc=exc)
+        raise
+    # After the outcome is decided, so it cannot change it (report/record.py).
+    leave_summary(settings, identity, command, "table", outcome.attempt_id)
     cluster = record_cluster(settings.state_dir, preflight, outcome.warnings,
                              probe_seconds, probe_wait)
     with events.phase("outputs"):
@@ -237,6 +245,19 @@ def ranktable(
              outcome.attempt_id, len(table["server_list"]), env["WORLD_SIZE"], seconds)
     return TableResult(found, run_id, outcome.attempt_id, table, outcome.ranktable_text, env,
                        paths.shared_table, seconds, started, preflight, cluster)
+
+
+def leave_summary(settings: Settings, identity: NodeIdentity, command: str, state: str,
+                  attempt_id: Optional[str] = None, exc: Optional[BaseException] = None
+                  ) -> None:
+    """This node's timeline summary on the shared volume (`ascend-node report`); never
+    raises, never changes the exit code."""
+    if settings.shared_dir is None or not settings.run_id:
+        return
+    from ascend_node.report.record import leave_summary as write_summary
+
+    write_summary(settings.shared_dir, settings.run_id, identity, command,
+                  state, attempt_id, exc)  # type: ignore[arg-type]
 
 
 def _publish_local_failure(

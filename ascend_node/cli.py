@@ -350,6 +350,9 @@ def simulate(
     table_out: Annotated[Optional[Path], typer.Option(
         "--table-out", help="Also write the rank table to this file", show_default=False)
     ] = None,
+    timeline: Annotated[bool, typer.Option(
+        "--report", help="Then draw every node's start on one time axis (as "
+        "`ascend-node report` does)")] = False,
     json_out: Json = False, debug: Debug = False,
 ) -> None:
     """Run the real agent as N local processes with fake NPUs; one line per server."""
@@ -365,12 +368,48 @@ def simulate(
         if table_out is not None:
             write_table(report, table_out)
         if json_out:
-            _emit(report.to_json())
+            doc = report.to_json()
+            if timeline:
+                from ascend_node.report.cli import sim_timeline
+
+                doc["timeline"] = sim_timeline(report.shared_dir, spec.run_id)[0]
+            _emit(doc)
         else:
             print(format_report(report))
+            if timeline:
+                from ascend_node.report.cli import sim_timeline
+
+                print(sim_timeline(report.shared_dir, spec.run_id)[1])
         if not report.ok:
             raise typer.Exit(report.worst_exit)
 
+
+
+@app.command()
+def report(
+    shared_dir: SharedDir = None, run_id: RunId = None,
+    attempt: Annotated[Optional[str], typer.Option(
+        "--attempt", help="Attempt to draw (default: the current one)", show_default=False)
+    ] = None,
+    html: Annotated[Optional[Path], typer.Option(
+        "--html", help="Also write the timeline as a self-contained HTML page to FILE",
+        show_default=False)] = None,
+    width: Annotated[int, typer.Option("--width", min=20, max=400,
+                                       help="Time cells of the text timeline")] = 60,
+    json_out: Json = False, debug: Debug = False,
+) -> None:
+    """Every node's start on one time axis: who arrived last and why (read-only)."""
+    with _errors(_debug(debug)):
+        from ascend_node.bootstrap import require_rendezvous_settings
+        from ascend_node.report.cli import run_report
+
+        settings = _settings(False, shared_dir=shared_dir, run_id=run_id)
+        shared, rid = require_rendezvous_settings(settings)
+        doc, text = run_report(shared, rid, attempt, html, width)
+        if json_out:
+            _emit(doc)
+        else:
+            print(text)
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})

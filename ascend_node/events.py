@@ -34,6 +34,7 @@ from typing import Any, Optional
 
 EVENTS_JSONL = "events.jsonl"
 MAX_BYTES = 256 * 1024
+KEPT_EVENTS = 512  # a run's events kept in memory for its shared summary (report/record.py)
 CORE_KEYS = ("run", "phase", "start", "end", "outcome")
 RUN_PHASE = "run"  # the first event of every run: command, pid, version
 
@@ -54,6 +55,9 @@ class Recorder:
         self.run = run
         self._lock = threading.Lock()
         self._fd: Optional[int] = None
+        # This run's events, also when the state dir cannot be written: the node's shared
+        # summary (`ascend_node.report.record`) is built from them, without re-reading the file.
+        self.kept: list[dict[str, Any]] = []
         if path is not None:
             try:
                 _trim(path, MAX_BYTES)
@@ -85,11 +89,16 @@ class Recorder:
     def record(self, phase: str, start: float, end: float, outcome: str = "ok",
                **detail: Any) -> None:
         """Append one event; never raises."""
-        if self._fd is None:
+        if self.path is None:
             return
         event = {"run": self.run, "phase": phase, "start": round(start, 6),
                  "end": round(end, 6), "outcome": outcome,
                  **{k: v for k, v in detail.items() if k not in CORE_KEYS}}
+        with self._lock:
+            if len(self.kept) < KEPT_EVENTS:
+                self.kept.append(event)
+        if self._fd is None:
+            return
         try:
             line = (json.dumps(event, default=str, separators=(",", ":")) + "\n").encode()
             with self._lock:

@@ -93,18 +93,23 @@ def test_help_lists_the_version_flag_and_every_command_in_plain_text():
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0
     assert "--version" in done.stdout
-    for command in ("discover", "ranktable", "boot", "validate", "status", "simulate",
+    for command in ("discover", "ranktable", "boot", "validate", "status", "simulate", "report",
                     "manifest", "version"):
         assert f"  {command} " in done.stdout
     assert "\x1b[" not in done.stdout and "╭" not in done.stdout  # no rich boxes or colours
 
 
 # Not needed by a pod on the shared volume with the pre-flight off: MindCluster's wait and
-# conversion, the pre-flight's gathering, judging and pings, the doctor.
+# conversion, the pre-flight's gathering, judging and pings, the doctor, the report.
 NOT_ON_THE_VOLUME_PATH = ("ascend_node.mindcluster", "ascend_node.mindcluster_chain",
                           "ascend_node.preflight.gather", "ascend_node.preflight.judge",
                           "ascend_node.preflight.reach", "ascend_node.preflight.stage",
-                          "ascend_node.doctor")
+                          "ascend_node.doctor",
+                          # The pod writes its timeline summary; reading and drawing
+                          # them (pydantic schema, renderers) is the operator's.
+                          "ascend_node.report.summary", "ascend_node.report.collect",
+                          "ascend_node.report.timeline", "ascend_node.report.text",
+                          "ascend_node.report.html", "ascend_node.report.cli")
 
 
 @pytest.mark.parametrize("preflight, expect_gather", [("off", False), ("strict", True)])

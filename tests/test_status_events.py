@@ -114,7 +114,9 @@ def test_status_shows_the_phases_of_the_newest_run_after_a_restart(tmp_path):
     out = text.stdout.splitlines()
     assert out[0].startswith("done: rank table ready")
     names = [ln.split()[0] for ln in out[1:]]
-    assert names == ["startup", "discovery", "hccn_tool", "rendezvous", "outputs", "total"]
+    # `summary`: this node's timeline summary on the shared volume (`ascend-node report`).
+    assert names == ["startup", "discovery", "hccn_tool", "rendezvous", "summary", "outputs",
+                     "total"]
     assert out[3].startswith("    hccn_tool") and out[3].endswith("(3 calls)")  # indented
 
     doc = json.loads(invoke("status", "--state-dir", state, "--json").stdout)

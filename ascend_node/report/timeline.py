@@ -1,0 +1,353 @@
+"""Every node's start on one time axis, and the words under it (pure).
+
+`build_timeline` turns the collected summaries into rows of bars (seconds since the
+earliest start any node accounts for, on the volume's clock), names the last node to
+publish and what made it late, and lists the nodes that never arrived. The text and HTML
+renderers draw the same `Timeline`, so they cannot disagree.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+from ascend_node.identity import node_name
+from ascend_node.report.collect import Collected
+from ascend_node.report.summary import NodeSummary
+
+MAX_ROWS = 40  # more nodes than this are drawn in groups (the slowest of each)
+
+
+@dataclass(frozen=True)
+class PhaseStyle:
+    name: str
+    glyph: str  # in the text timeline
+    colour: str  # in the HTML page (distinct, saturated: a screenshot can tell them apart)
+    label: str
+
+
+# In the order a start goes through them. `rendezvous` runs until the node's slot is
+# published; `wait` is the rest of it (waiting for the other nodes and the table).
+STYLES = (
+    PhaseStyle("container", ".", "#a0a0a0", "container, before the agent"),
+    PhaseStyle("startup", "s", "#8c564b", "startup"),
+    PhaseStyle("discovery", "D", "#1f77b4", "discovery"),
+    PhaseStyle("mindcluster", "M", "#393b79", "waiting for MindCluster's hccl.json"),
+    PhaseStyle("rendezvous", "R", "#ff7f0e", "rendezvous, to publish"),
+    PhaseStyle("wait", "~", "#f2d16b", "waiting for the table"),
+    PhaseStyle("summary", "+", "#e377c2", "summary"),
+    PhaseStyle("outputs", "o", "#7f7f7f", "outputs"),
+    PhaseStyle("preflight", "P", "#9467bd", "pre-flight"),
+    PhaseStyle("install", "I", "#2ca02c", "install"),
+    PhaseStyle("set_env", "E", "#17becf", "set_env"),
+    PhaseStyle("config", "C", "#bcbd22", "config"),
+    PhaseStyle("exec", "X", "#d62728", "exec"),
+)
+STYLE = {s.name: s for s in STYLES}
+
+
+@dataclass(frozen=True)
+class Bar:
+    phase: str
+    start: float  # seconds since the timeline's t0
+    end: float
+    title: str  # what a hover shows: node, phase, times, detail
+
+    @property
+    def seconds(self) -> float:
+        return max(0.0, self.end - self.start)
+
+
+@dataclass(frozen=True)
+class Row:
+    index: int  # the node drawn (the slowest of a group)
+    label: str  # "37 w36", or "32-33" for a group
+    bars: tuple[Bar, ...]
+    published: Optional[float]
+    end: Optional[float]  # exec, failure or the summary's last moment
+    outcome: str  # "exec", "table", "exit 4", "no summary"
+    members: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class Timeline:
+    run_id: str
+    attempt_id: Optional[str]
+    node_count: int
+    t0: float  # volume clock, seconds since the epoch
+    span: float  # seconds the axis covers
+    rows: tuple[Row, ...]
+    grouped: int  # nodes per row (1: one row per node)
+    words: tuple[str, ...]  # the last arrival, the critical path, failures
+    missing: tuple[str, ...]  # nodes that never arrived, by name
+    ignored: tuple[str, ...]
+    decided: Optional[float] = None  # seconds: the table (or abort) was written
+
+
+def fmt_s(seconds: float) -> str:
+    """1.23 s, 4.7 s, 41 s: enough digits to compare, no more."""
+    if abs(seconds) < 10:
+        return f"{seconds:.2f} s"
+    if abs(seconds) < 100:
+        return f"{seconds:.1f} s"
+    return f"{seconds:.0f} s"
+
+
+def short_name(index: int, name: str) -> str:
+    """`w36` for `worker 36 (node 37)`, `m0` for a master."""
+    parts = name.split()
+    if len(parts) >= 2 and parts[0] in ("master", "worker") and parts[1].isdigit():
+        return f"{parts[0][0]}{parts[1]}"
+    return f"n{index}"
+
+
+def _top(summary: NodeSummary, name: str) -> list[tuple[float, float]]:
+    return [(p.start, p.end) for p in summary.phases if p.name == name]
+
+
+def node_bars(s: NodeSummary, t0: float) -> list[Bar]:
+    """The node's top-level phases as bars; the rendezvous split at its publication."""
+    who = f"{s.name}"
+    bars: list[Bar] = []
+
+    def add(phase: str, start: float, end: float, detail: str = "") -> None:
+        title = (f"{who}: {STYLE[phase].label} {fmt_s(end - start)} "
+                 f"(from {fmt_s(start - t0)} to {fmt_s(end - t0)})" + detail)
+        bars.append(Bar(phase, start - t0, end - t0, title))
+
+    startup = _top(s, "startup")
+    agent_start = s.process_start or (startup[0][0] if startup else None)
+    if s.container_start is not None and agent_start is not None \
+            and agent_start > s.container_start:
+        add("container", s.container_start, agent_start, f"; {s.container_start_source}")
+    if startup:
+        add("startup", min(agent_start or startup[0][0], startup[0][0]), startup[0][1])
+    for p in s.phases:
+        if "." in p.name or p.name not in STYLE or p.name == "startup":
+            continue
+        detail = "" if p.outcome in ("ok", "exec") else f"; {p.outcome}"
+        if p.name == "discovery":
+            detail += tool_words(s)
+        if p.name == "rendezvous" and s.published and p.start <= s.published <= p.end:
+            add("rendezvous", p.start, s.published, "; published its slot")
+            add("wait", s.published, p.end, detail)
+            continue
+        add(p.name, p.start, p.end, detail)
+    return bars
+
+
+def tool_words(s: NodeSummary) -> str:
+    """`; 8 x hccn_tool -ip at 4.7 s each` (the discovery's device queries)."""
+    calls = [p.seconds for p in s.phases if p.name == "discovery.hccn_tool"]
+    if not calls:
+        return ""
+    return f"; {len(calls)} x hccn_tool -ip at {fmt_s(statistics.mean(calls))} each"
+
+
+def _end_of(s: NodeSummary) -> tuple[float, str]:
+    execs = [p.end for p in s.phases if p.name == "exec"]
+    if s.state == "failed":
+        return s.written, f"exit {s.exit_code if s.exit_code is not None else 1}"
+    if s.state == "exec" and execs:
+        return execs[-1], "exec"
+    return s.last, s.state
+
+
+def build_timeline(got: Collected) -> Timeline:
+    by_index = {s.global_index: s for s in got.summaries}
+    firsts = [s.first for s in got.summaries] + list(got.slot_published.values())
+    t0 = min(firsts) if firsts else 0.0
+    ends = [s.last for s in got.summaries] + list(got.slot_published.values())
+    if got.decided:
+        ends.append(got.decided)
+    span = max(1e-3, (max(ends) if ends else t0) - t0)
+    published = {i: s.published for i, s in by_index.items() if s.published}
+    published.update(got.slot_published)
+    singles: list[Row] = []
+    for index in sorted(set(by_index) | set(got.slot_published)):
+        s = by_index.get(index)
+        pub = published.get(index)
+        if s is None:
+            singles.append(Row(index, f"{index} ?", (), pub - t0 if pub else None,
+                               pub - t0 if pub else None, "no summary", (index,)))
+            continue
+        end, outcome = _end_of(s)
+        singles.append(Row(index, f"{index} {short_name(index, s.name)}",
+                           tuple(node_bars(s, t0)), pub - t0 if pub else None, end - t0,
+                           outcome, (index,)))
+    rows, per_row = group_rows(singles, MAX_ROWS)
+    master_count = _master_count(got.summaries)
+    missing = tuple(node_name(i, master_count) if master_count is not None else f"node {i}"
+                    for i in range(got.node_count)
+                    if i not in by_index and i not in got.slot_published)
+    words = explain(got.summaries, published, t0, got.decided, singles, got.opened)
+    return Timeline(got.run_id, got.attempt_id, got.node_count, t0, span, tuple(rows),
+                    per_row, tuple(words), missing, tuple(i.line() for i in got.ignored),
+                    got.decided - t0 if got.decided else None)
+
+
+def _master_count(summaries: tuple[NodeSummary, ...]) -> Optional[int]:
+    """Masters are the lowest indices: the count is one past the highest master seen,
+    known when a worker is seen too (else unknown)."""
+    masters = [s.global_index for s in summaries if s.name.startswith("master")]
+    workers = [s for s in summaries if s.name.startswith("worker")]
+    if workers:
+        w = workers[0]
+        try:
+            return w.global_index - int(w.name.split()[1])
+        except (IndexError, ValueError):
+            return None
+    return max(masters) + 1 if masters else None
+
+
+def group_rows(rows: list[Row], limit: int) -> tuple[list[Row], int]:
+    """At most `limit` rows: consecutive nodes share a row, drawn as a failed one if
+    any, else the one that published last (the one the others waited for)."""
+    if len(rows) <= limit:
+        return rows, 1
+    per = math.ceil(len(rows) / limit)
+    out = []
+    for k in range(0, len(rows), per):
+        chunk = rows[k:k + per]
+        slowest = max(chunk, key=lambda r: (r.outcome.startswith("exit"), r.published is None,
+                                            r.published or 0.0, r.end or 0.0))
+        first, last = chunk[0].index, chunk[-1].index
+        out.append(Row(slowest.index, f"{first}-{last} >{slowest.index}", slowest.bars,
+                       slowest.published, slowest.end, slowest.outcome,
+                       tuple(r.index for r in chunk)))
+    return out, per
+
+
+_BEFORE_PUBLISH = ("container", "startup", "discovery", "mindcluster", "rendezvous")
+
+
+def explain(summaries: tuple[NodeSummary, ...], published: dict[int, float], t0: float,
+            decided: Optional[float], rows: list[Row], opened: Optional[float] = None
+            ) -> list[str]:
+    """The last arrival and why, the table, the slowest hand-over, and failures."""
+    words: list[str] = []
+    by_index = {s.global_index: s for s in summaries}
+
+    def name(index: int) -> str:
+        s = by_index.get(index)
+        return s.name if s else f"node {index}"
+
+    if published:
+        last = max(published, key=lambda i: (published[i], i))
+        ref = 0 if 0 in published and last != 0 else min(published, key=published.get)  # type: ignore[arg-type]
+        lead = published[last] - published[ref]
+        head = (f"last arrival: {name(last)} published {fmt_s(published[last] - t0)} "
+                f"after the first start")
+        if last != ref:
+            head = (f"last arrival: {name(last)} published {fmt_s(lead)} after "
+                    f"{name(ref)}")
+        reason = why_late(by_index.get(last), summaries, t0, opened, by_index.get(0))
+        words.append(head + (f": {reason}" if reason else ""))
+        if decided is not None and decided >= published[last]:
+            words.append(f"table: written {fmt_s(decided - published[last])} after the last "
+                         f"arrival, at {fmt_s(decided - t0)}")
+    handed = [r for r in rows if r.outcome == "exec" and r.end is not None]
+    if handed:
+        slow = max(handed, key=lambda r: r.end or 0.0)
+        s = by_index.get(slow.index)
+        after = ""
+        if s is not None and s.published is not None:
+            post = [b for b in slow.bars if b.phase in ("outputs", "preflight", "install",
+                                                        "set_env", "config")]
+            if post:
+                big = max(post, key=lambda b: b.seconds)
+                after = f" ({STYLE[big.phase].label} {fmt_s(big.seconds)})"
+        words.append(f"last hand-over: {name(slow.index)} exec at {fmt_s(slow.end or 0.0)}"
+                     f"{after}")
+    path = critical_path(rows, published, t0, decided, name)
+    if path:
+        words.append(path)
+    for s in summaries:
+        if s.state == "failed":
+            words.append(f"{s.name} failed with exit {s.exit_code}: {s.cause or 'no cause'}")
+    return words
+
+
+_AFTER_TABLE = ("outputs", "preflight", "install", "set_env", "config")
+
+
+def critical_path(rows: list[Row], published: dict[int, float], t0: float,
+                  decided: Optional[float], name: Callable[[int], str]) -> str:
+    """The chain the job's start waited on: the last arrival's phases up to publishing,
+    the table, then the last hand-over's phases up to exec. Only phases that take at
+    least 5 % of the whole (or the largest of each side) are named."""
+    by_index = {r.index: r for r in rows if r.bars}
+    arrived = [i for i in published if i in by_index]
+    if not arrived:
+        return ""
+    total = max((r.end or 0.0) for r in rows) or 1.0
+    last = by_index[max(arrived, key=lambda i: (published[i], i))]
+
+    def named(bars: list[Bar]) -> str:
+        if not bars:
+            return ""
+        big = max(bars, key=lambda b: b.seconds)
+        keep = [b for b in bars if b.seconds >= 0.05 * total or b is big]
+        return ", ".join(f"{STYLE[b.phase].label} {fmt_s(b.seconds)}" for b in keep)
+
+    before = [b for b in last.bars if b.phase in _BEFORE_PUBLISH and b.phase != "rendezvous"]
+    parts = [f"{name(last.index)} from {fmt_s(last.bars[0].start)}"
+             + (f": {named(before)}" if before else ""),
+             f"published at {fmt_s(published[last.index] - t0)}"]
+    if decided is not None:
+        parts.append(f"table at {fmt_s(decided - t0)}")
+    handed = [r for r in rows if r.outcome == "exec" and r.end is not None and r.bars]
+    if handed:
+        slow = max(handed, key=lambda r: r.end or 0.0)
+        after = named([b for b in slow.bars if b.phase in _AFTER_TABLE])
+        parts.append(f"{name(slow.index)}" + (f": {after}" if after else ""))
+        parts.append(f"exec at {fmt_s(slow.end or 0.0)}")
+    return "critical path: " + " -> ".join(parts)
+
+
+OPEN_WAIT = 1.0  # published within this of the attempt's opening: it waited for node 0
+
+
+def why_late(late: Optional[NodeSummary], summaries: tuple[NodeSummary, ...], t0: float,
+             opened: Optional[float] = None, node0: Optional[NodeSummary] = None) -> str:
+    """What made `late` arrive late: node 0 opening the attempt late, a late start, or
+    its phase furthest above the other nodes' median (with the device queries named
+    for a slow discovery)."""
+    if late is None:
+        return ""
+    joined = [p.start for p in late.phases if p.name == "rendezvous"]
+    if (opened is not None and late.global_index != 0 and joined and late.published
+            and joined[0] < opened <= late.published <= opened + OPEN_WAIT):
+        text = (f"it waited {fmt_s(opened - joined[0])} for node 0 to open the attempt "
+                f"(at {fmt_s(opened - t0)})")
+        first = why_late(node0, summaries, t0) if node0 is not None else ""
+        return text + (f"; node 0: {first[4:] if first.startswith('its ') else first}"
+                       if first else "")
+    others = [s for s in summaries if s.global_index != late.global_index]
+    if not others:
+        return ""
+    start_lag = late.first - min(s.first for s in summaries)
+    excess: dict[str, tuple[float, float, float]] = {}
+    mine = {b.phase: b.seconds for b in node_bars(late, t0)}
+    for phase in _BEFORE_PUBLISH:
+        if phase not in mine:
+            continue
+        theirs = [next((b.seconds for b in node_bars(s, t0) if b.phase == phase), 0.0)
+                  for s in others]
+        median = statistics.median(theirs)
+        excess[phase] = (mine[phase] - median, mine[phase], median)
+    best = max(excess, key=lambda p: excess[p][0]) if excess else None
+    if best is None or (start_lag >= excess[best][0] and start_lag > 0):
+        first_of_late = "container" if late.container_start is not None else "agent"
+        return f"its {first_of_late} started {fmt_s(start_lag)} after the first node's"
+    extra, took, median = excess[best]
+    if extra <= 0:
+        return ""
+    text = f"its {STYLE[best].label} took {fmt_s(took)} (others: {fmt_s(median)})"
+    if best == "discovery":
+        tools = tool_words(late)
+        if tools:
+            text += f": {tools[2:]}"
+    return text
