@@ -65,6 +65,17 @@ def test_validate_hccl_allows_one_server(tmp_path):
     assert mindie.exit_code == 1 and "server_count" in mindie.stdout
 
 
+def test_validate_for_hccl_accepts_mindclusters_0644_hccl_json(tmp_path):
+    table = tmp_path / "hccl.json"
+    shutil.copy(FIXTURES / "mindcluster" / "hccl-2x8-completed.json", table)
+    table.chmod(0o644)
+    result = invoke("validate", str(table), "--for", "hccl")
+    assert result.exit_code == 0, result.stdout + result.stderr
+    assert result.stdout == f"{table}: valid for hccl\n"
+    mindie = invoke("validate", str(table))
+    assert mindie.exit_code == 1 and "MindIE requires 0640 or stricter" in mindie.stdout
+
+
 # ------------------------------------------------------------------ status
 
 

@@ -224,15 +224,15 @@ def make_table(pod_ips: list[str], devs: int = 4) -> str:
 
 def table_checks(path: Optional[Path], pod_ip: str, states: list[d.DeviceState],
                  paths: Optional[RunPaths] = None, environ: Optional[dict[str, str]] = None,
-                 ) -> dict[str, str]:
+                 target: str = "mindie") -> dict[str, str]:
     env = environ if environ is not None else (
         {"RANK_TABLE_FILE": str(path)} if path is not None else {})
     where = d.table_in_use(env, Path("/nonexistent-state"))
-    problems = d.validate_file(where.path, "hccl", os.getuid()) if where.path else []
+    problems = d.validate_file(where.path, target, os.getuid()) if where.path else []
     data = where.path.read_bytes() if where.path and where.path.is_file() else None
     table = json.loads(data) if data else None
     results = [d.check_table_file(where, problems),
-               d.check_table_content(where, problems, "hccl", data is not None),
+               d.check_table_content(where, problems, target, data is not None),
                d.check_table_member(table, pod_ip, states),
                d.check_table_stale(where, data, d.read_run_state(paths),
                                    paths.shared_table if paths else None)]
@@ -269,9 +269,16 @@ def test_mode_above_0640_fails_only_the_file_check(table_file: Path, mode: int) 
     table_file.chmod(mode)
     assert table_checks(table_file, "10.200.0.10", node0()) == {"ranktable.file": "fail"}
     where = d.table_in_use({"RANK_TABLE_FILE": str(table_file)}, Path("/x"))
-    result = d.check_table_file(where, d.validate_file(table_file, "hccl", os.getuid()))
+    result = d.check_table_file(where, d.validate_file(table_file, "mindie", os.getuid()))
     assert f"has mode {mode:04o}" in result.message
     assert result.remedy.startswith(f"chmod 640 {table_file}")
+
+
+def test_for_hccl_a_0644_table_passes_the_file_check(table_file: Path) -> None:
+    """Training (no multi-node MindIE config): HCCL reads the table; MindIE's 0640 rule
+    is not HCCL's, so MindCluster's 0644 hccl.json is fine."""
+    table_file.chmod(0o644)
+    assert table_checks(table_file, "10.200.0.10", node0(), target="hccl") == {}
 
 
 def test_symlink_fails_the_file_check_and_the_content_is_still_judged(table_file: Path) -> None:
