@@ -48,7 +48,7 @@ def replace(states: list[d.DeviceState], index: int, **changes: Any) -> list[d.D
 
 
 def non_ok(results: list[d.CheckResult]) -> dict[str, str]:
-    return {r.id: r.status for r in results if r.status != "ok"}
+    return {r.id: r.status for r in results if r.status in ("warn", "fail")}
 
 
 # --------------------------------------------------------------------------- report
@@ -59,6 +59,8 @@ def non_ok(results: list[d.CheckResult]) -> dict[str, str]:
     (["ok", "warn"], 3, "degraded"),
     (["warn", "fail", "ok"], 1, "failed"),
     ([], 0, "healthy"),
+    (["ok", "skip", "skip"], 0, "healthy"),
+    (["skip", "warn"], 3, "degraded"),
 ])
 def test_exit_code_is_the_worst_check(statuses: list[str], code: int, state: str) -> None:
     checks = tuple(d.CheckResult(f"c.{i}", s, "m") for i, s in enumerate(statuses))  # type: ignore[arg-type]
@@ -67,7 +69,7 @@ def test_exit_code_is_the_worst_check(statuses: list[str], code: int, state: str
     doc = report.to_json()
     assert doc["status"] == state and doc["exit_code"] == code
     assert "schema_version" not in doc  # the CLI adds it
-    assert doc["counts"] == {s: statuses.count(s) for s in ("ok", "warn", "fail")}
+    assert doc["counts"] == {s: statuses.count(s) for s in ("ok", "skip", "warn", "fail")}
 
 
 def test_text_has_one_line_per_check_with_cause_and_fix() -> None:
@@ -79,7 +81,48 @@ def test_text_has_one_line_per_check_with_cause_and_fix() -> None:
     assert lines[2].startswith("fail  device.link   device 3: link status DOWN")
     assert "fix: check the cable, optical module and switch port of device 3" in lines[3]
     assert "`hccn_tool -i 3 -link_stat -g`" in lines[3]
-    assert lines[-1] == "failed: 1 fail, 0 warn, 1 ok (exit 1)"
+    assert lines[-1] == "failed: 1 fail, 0 warn, 1 ok, 0 skipped (exit 1)"
+
+
+def test_checks_with_nothing_to_judge_skip_and_say_why() -> None:
+    """No NPUs (a CPU-only machine): the device checks ran on nothing, which is not ok."""
+    checks = [d.check_ips([]), d.check_unique_ips([]), d.check_ip_family([]),
+              d.check_link([]), d.check_health([]), d.check_tls([]),
+              d.check_hccn_conf([], {0: {"address": "10.20.1.10"}}, "", Path("/etc/hccn.conf"))]
+    assert {c.id: (c.status, c.message) for c in checks} == {
+        cid: ("skip", "no devices to check (see device.visible)")
+        for cid in ("device.ip", "device.unique_ip", "device.ip_family", "device.link",
+                    "device.net_health", "device.tls", "device.hccn_conf")}
+    report = d.DoctorReport("n", (d.ok("node.identity", "fine"), *checks))
+    assert report.exit_code == 0 and report.problems == {}
+    assert report.to_json()["counts"] == {"ok": 1, "skip": 7, "warn": 0, "fail": 0}
+    lines = report.format_text().splitlines()
+    assert lines[2].split()[:2] == ["skip", "device.ip"]
+    assert lines[-1] == "healthy: 0 fail, 0 warn, 1 ok, 7 skipped (exit 0)"
+
+
+def test_address_checks_skip_when_no_device_has_a_usable_address() -> None:
+    states = [dataclasses.replace(s, ip="", netmask="") for s in healthy(2)]
+    assert d.check_ips(states).status == "fail"  # the one check that judges the absence
+    for check in (d.check_unique_ips, d.check_ip_family):
+        result = check(states)
+        assert (result.status, result.message) == (
+            "skip", "no usable device address to compare (see device.ip)")
+
+
+def test_peer_comparisons_skip_without_peers() -> None:
+    mine = facts(0)
+    for check in (d.check_peer_versions, d.check_peer_duplicates, d.check_peer_family,
+                  d.check_peer_netmask, d.check_peer_subnet, d.check_peer_tls):
+        result = check([mine])
+        assert (result.status, result.message) == (
+            "skip", "no peer published facts to compare with (see peers.present)"), result
+    assert d.check_peer_devices([mine], False).status == "skip"
+    assert d.check_peers_present({}, 1, 1.0, 0.0).status == "skip"
+    none = d.check_ping([], 0, 0, 1)
+    assert (none.status, none.message) == ("skip", "no device pairs to ping (no peer devices)")
+    skipped = d.check_ping([], 3, 0, 1)
+    assert skipped.status == "skip" and "3 pairs skipped" in skipped.message
 
 
 def test_several_findings_are_listed_each_on_its_own_line() -> None:
@@ -142,7 +185,7 @@ def test_tls_remedy_is_the_sourced_command() -> None:
 
 
 @pytest.mark.parametrize("conf, expected", [
-    (None, "ok"),
+    (None, "skip"),
     ({0: {"address": "10.20.1.10", "netmask": "255.255.255.0"}}, "ok"),
     ({0: {"address": "10.20.1.99"}}, "warn"),
     ({1: {"address": "10.20.1.11", "netmask": "255.255.0.0"}}, "warn"),
@@ -398,7 +441,8 @@ def mindie_checks(m: d.MindieState, servers: Optional[int], nodes: Optional[int]
 def test_no_mindie_config_is_not_a_mindie_container(tmp_path: Path) -> None:
     m = d.read_mindie_state({"MIES_INSTALL_PATH": str(tmp_path)})
     assert mindie_checks(m, 2, 2, True, 8) == {}
-    assert d.check_mindie_config(m, 0).message.startswith("no MindIE config at ")
+    result = d.check_mindie_config(m, 0)
+    assert result.status == "skip" and result.message.startswith("no MindIE config at ")
 
 
 def test_explicit_mindie_config_that_is_missing_fails(tmp_path: Path) -> None:
@@ -628,7 +672,7 @@ def test_ping_verdicts() -> None:
     timeout = d.check_ping([(pair, ToolError("`x` did not finish within 10 s"))], 0, 0, 1)
     assert timeout.status == "warn"
     assert d.check_ping([], 2, 5, 1).message == (
-        "0 pairs answer (2 pairs skipped (a device without IP or link; see its check); "
+        "no device pairs to ping (2 pairs skipped (a device without IP or link; see its check); "
         "5 more pairs not sampled)")
 
 
@@ -794,4 +838,6 @@ def test_one_node_with_peers_publishes_its_facts_and_has_no_one_to_compare(
     published = json.loads(path.read_text())
     assert published["schema_version"] == 1 and published["kind"] == "doctor_facts"
     assert [x["ip"] for x in published["devices"]] == [f"10.20.1.{i}" for i in range(4)]
-    assert report.check("peers.ping").message == "0 pairs answer"
+    ping = report.check("peers.ping")
+    assert (ping.status, ping.message) == ("skip", "no device pairs to ping (no peer devices)")
+    assert report.check("peers.present").status == "skip"

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
-from ascend_node.doctor.report import CheckResult, Finding, ok, verdict
+from ascend_node.doctor.report import CheckResult, Finding, ok, skip, verdict
 from ascend_node.rendezvous.freshness import revalidate_dir
 
 NFS_TYPES = frozenset({"nfs", "nfs4"})
@@ -122,7 +122,7 @@ def _note(mount: Mount) -> str:
 
 def check_volume_mount(shared_dir: Optional[Path], mountinfo: str) -> CheckResult:
     if shared_dir is None:
-        return ok("volume.mount", "no shared directory configured (--shared-dir)")
+        return skip("volume.mount", "no shared directory configured (--shared-dir)")
     real = os.path.realpath(shared_dir)
     mount = mount_of(real, parse_mountinfo(mountinfo))
     if mount is None:
@@ -175,7 +175,7 @@ def probe_round_trip(
 
 def check_volume_probe(shared_dir: Optional[Path], probe: Optional[Probe]) -> CheckResult:
     if shared_dir is None or probe is None:
-        return ok("volume.probe", "no shared directory configured (--shared-dir)")
+        return skip("volume.probe", "no shared directory configured (--shared-dir)")
     if probe.seconds is None:
         return CheckResult("volume.probe", "fail", probe.error,
                            "the rendezvous writes there: mount the shared volume read-write "
