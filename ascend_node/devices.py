@@ -19,7 +19,7 @@ from typing import Callable, Optional
 from ascend_node import events
 from ascend_node.errors import ConfigError, DeviceError, ToolError
 from ascend_node.netcheck import IPAddress, family, parse_ip, unusable_reason
-from ascend_node.tools import ToolResult, run_tool, which
+from ascend_node.tools import ToolResult, run_tool, shown_output, which
 
 MAX_DEVICE_ID = 63  # MindIE's device_id range [0, 63] (mindie-checks 13)
 DEFAULT_HCCN_TOOL = "/usr/local/Ascend/driver/tools/hccn_tool"
@@ -202,7 +202,7 @@ def check_device_ips(devices: Sequence[Device], raw: Mapping[int, str]) -> None:
     """
     seen: dict[IPAddress, Device] = {}
     for dev in devices:
-        printed = raw.get(dev.device_id, "").strip().replace("\n", "\\n")
+        printed = shown_output(raw.get(dev.device_id, ""))
         reason = unusable_reason(dev.ip) if dev.ip != "-1" else "failed-query sentinel"
         if reason is not None:
             value = f" {dev.ip!r} from {dev.ip_source}" if dev.ip else ""
@@ -210,7 +210,7 @@ def check_device_ips(devices: Sequence[Device], raw: Mapping[int, str]) -> None:
             # (`hccn_tool -i 0 -ip -s address 192.168.100.101 netmask 255.255.255.0`).
             raise DeviceError(
                 f"device {dev.device_id} has no usable RoCE IP ({reason}{value}): "
-                f"`hccn_tool -i {dev.device_id} -ip -g` printed {printed[:200]!r}",
+                f"`hccn_tool -i {dev.device_id} -ip -g` printed {printed}",
                 f"set it with `hccn_tool -i {dev.device_id} -ip -s address <ip> netmask <mask>` "
                 f"or add address_{dev.device_id}= to /etc/hccn.conf",
             )
@@ -282,7 +282,7 @@ def enumerate_devices(
     if not ids:
         raise DeviceError(
             f"no NPU visible: `{result.command}` listed no chips "
-            f"(exit {result.returncode}: {(result.stdout + result.stderr).strip()[:200]!r})",
+            f"(exit {result.returncode}, printed {shown_output(result.stdout + result.stderr)})",
             "request huawei.com/Ascend910 resources for the pod, or pass --devices",
         )
     return DeviceIds(ids, "npu-smi info -m")

@@ -142,7 +142,7 @@ def test_id_list_reads_back_as_the_same_ids(ids: list[int]) -> None:
 
 @pytest.mark.parametrize("fault, expected", [
     (lambda s: s, {}),
-    (lambda s: replace(s, 2, ip="", errors={"ip": "`hccn_tool -i 2 -ip -g` printed ''"}),
+    (lambda s: replace(s, 2, ip="", errors={"ip": "`hccn_tool -i 2 -ip -g` printed nothing"}),
      {"device.ip": "fail"}),
     (lambda s: replace(s, 2, ip="-1"), {"device.ip": "fail"}),
     (lambda s: replace(s, 2, ip="169.254.0.9"), {"device.ip": "fail"}),
@@ -169,10 +169,10 @@ def test_each_device_fault_trips_only_its_check(
 
 def test_no_ip_names_the_device_the_tool_output_and_the_conf_value() -> None:
     states = replace(healthy(), 2, ip="", conf_ip="10.9.9.9",
-                     errors={"ip": "`hccn_tool -i 2 -ip -g` printed '' (exit 0)"})
+                     errors={"ip": "`hccn_tool -i 2 -ip -g` printed nothing (exit 0)"})
     result = d.check_ips(states)
     assert result.message == (
-        "device 2 has no RoCE IP: `hccn_tool -i 2 -ip -g` printed '' (exit 0); "
+        "device 2 has no RoCE IP: `hccn_tool -i 2 -ip -g` printed nothing (exit 0); "
         "/etc/hccn.conf says address_2=10.9.9.9 (HCCL compares the table with the NIC's own "
         "address, EI0014)")
     assert "address_2=/netmask_2= in /etc/hccn.conf" in result.remedy
@@ -236,7 +236,7 @@ def test_device_states_from_the_fake_tool_and_a_real_capture(
     one = states[1]
     assert (one.ip, one.conf_ip, one.link, one.health, one.tls) == (
         "", "10.0.0.2", "DOWN", "Socket failed", 1)
-    assert one.errors["ip"].startswith(f"`{hccn} -i 1 -ip -g` printed ''")
+    assert one.errors["ip"].startswith(f"`{hccn} -i 1 -ip -g` printed nothing")
 
 
 def test_a_failing_tool_call_is_reported_for_its_device_only() -> None:
