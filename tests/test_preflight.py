@@ -266,7 +266,7 @@ def test_to_health_keeps_unknown_values_with_the_tools_words():
     from ascend_node.doctor.local import DeviceState
 
     states = [DeviceState(0, link="UP", health="Success", tls=0),
-              DeviceState(1, errors={"tls": "`hccn_tool -i 1 -tls -g` printed '' (exit 255)"})]
+              DeviceState(1, errors={"tls": "`hccn_tool -i 1 -tls -g` printed nothing (exit 255)"})]
     health = to_health(states, ["10.0.0.1", "10.0.0.2"])
     assert health.ip_family == 4
     assert health.devices[1].tls is None and "exit 255" in health.devices[1].unknown
