@@ -194,7 +194,8 @@ def parse_tls_switch(text: str) -> Optional[int]:
 
 
 def check_device_ips(devices: Sequence[Device], raw: Mapping[int, str]) -> None:
-    """Reject what HCCL or MindIE would reject later (DESIGN step 2), naming the device.
+    """Reject what HCCL or MindIE would reject later, naming the device (step 2 of the
+    chain in docs/design.md).
 
     `raw` holds what the tool printed for each device, quoted in the message so the
     operator sees the evidence, not our interpretation of it. Duplicates are compared

@@ -2,7 +2,7 @@
 
 Every failure a user can cause or meet ends as one of these. The CLI maps them to
 a one-line cause plus a hint on stderr and the exit code of the contract (see
-DESIGN.md, "Exit codes"), which Volcano job policies act on: 4 is retryable
+docs/design.md, "Exit codes"), which Volcano job policies act on: 4 is retryable
 (RestartJob), 5 is not (AbortJob). Domain code raises; only `cli.py` exits.
 """
 

@@ -1,7 +1,7 @@
 """Every knob of the contract, each with its environment twin and where its value came from.
 
 An image is configured without changing its command, so every option has an
-environment twin (DESIGN "Command-line contract"). Precedence: flag, then environment,
+environment twin (docs/design.md, "Commands"). Precedence: flag, then environment,
 then default. `--verbose` prints the `sources` map, because "which value won" is the
 first question when a multi-node job misbehaves.
 """

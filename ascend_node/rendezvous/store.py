@@ -1,6 +1,6 @@
 """Where rendezvous documents live on the shared volume, and how they are read and written.
 
-Layout (ours to choose, DESIGN "Files"):
+Layout (ours to choose; docs/design.md, "Files"):
 
     <shared>/ranktable-<run>.json                    final table (assembler only)
     <shared>/.ascend-node/<run>/attempt.json         current attempt (node 0 only)
