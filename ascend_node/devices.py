@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 from ascend_node import events
-from ascend_node.errors import ConfigError, DeviceError, ToolError
+from ascend_node.errors import DeviceError, ToolError, refused_value
 from ascend_node.netcheck import IPAddress, family, parse_ip, unusable_reason
 from ascend_node.tools import ToolResult, run_tool, shown_output, which
 
@@ -48,11 +48,14 @@ def parse_device_list(spec: str, source: str = "--devices") -> tuple[int, ...]:
     """`0,1,2,3`, `0-7`, `Ascend910-0,Ascend910-1`, or a mix; sorted, unique.
 
     The `Ascend910-N` form is what Ascend Docker Runtime puts in ASCEND_VISIBLE_DEVICES
-    from the device plugin's annotation (facts §1.4); N is the physical id.
+    from the device plugin's annotation (facts §1.4); N is the physical id. A refused
+    list is a usage error (2) when `source` is the flag, a configuration error (1) when it
+    came from the environment (`errors.refused_value`).
     """
     text = spec.strip()
     if not text:
-        raise ConfigError(f"{source}={spec!r} lists no devices", "use e.g. 0-7 or 0,1,2,3")
+        raise refused_value(source, f"{source}={spec!r} lists no devices",
+                            "use e.g. 0-7 or 0,1,2,3")
     ids: set[int] = set()
     for raw in text.split(","):
         item = raw.strip()
@@ -64,7 +67,7 @@ def parse_device_list(spec: str, source: str = "--devices") -> tuple[int, ...]:
         if rng:
             lo, hi = int(rng.group(1)), int(rng.group(2))
             if lo > hi:
-                raise ConfigError(
+                raise refused_value(source,
                     f"{source}={spec!r}: range {item!r} runs backwards",
                     "write ranges low-high, e.g. 0-7",
                 )
@@ -73,13 +76,13 @@ def parse_device_list(spec: str, source: str = "--devices") -> tuple[int, ...]:
         if re.fullmatch(r"[0-9]{1,3}", item):
             ids.add(int(item))
             continue
-        raise ConfigError(
+        raise refused_value(source,
             f"{source}={spec!r}: {item!r} is not a device id, range or AscendXXX-N name",
             "use e.g. 0-7, 0,1,2,3 or Ascend910-0,Ascend910-1",
         )
     too_big = sorted(i for i in ids if i > MAX_DEVICE_ID)
     if too_big:
-        raise ConfigError(
+        raise refused_value(source,
             f"{source}={spec!r}: device id {too_big[0]} is above {MAX_DEVICE_ID}",
             "physical device ids run from 0 to 63",
         )

@@ -51,6 +51,14 @@ class UsageError(AscendNodeError):
     exit_code: ClassVar[int] = 2
 
 
+def refused_value(source: str, cause: str, hint: str = "") -> AscendNodeError:
+    """A value the agent refuses, by where it was written: on the command line (`source`
+    names a flag: `--devices`, `flag --timeout`) it is a usage error (2), like an unknown
+    option; from the environment or a file it is a configuration error (1)."""
+    on_command_line = source.startswith(("--", "flag "))
+    return (UsageError if on_command_line else ConfigError)(cause, hint)
+
+
 class Degraded(AscendNodeError):
     """Some checks warn (doctor/status only, exit 3)."""
 

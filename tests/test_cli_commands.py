@@ -167,7 +167,7 @@ def test_clean_does_not_follow_a_planted_symlink(tmp_path):
 
 def test_clean_refuses_an_unsafe_run_id(tmp_path):
     result = invoke("clean", "--shared-dir", str(tmp_path), "--run-id", "../etc", "-y")
-    assert result.exit_code == 1
+    assert result.exit_code == 2  # written on the command line: a usage error
     assert "run id '../etc' (from flag --run-id) is not a safe file-name part" in result.stderr
 
 

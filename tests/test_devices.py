@@ -30,7 +30,7 @@ from ascend_node.devices import (
     parse_tls_switch,
     query_ips,
 )
-from ascend_node.errors import AscendNodeError, ConfigError, DeviceError, ToolError
+from ascend_node.errors import AscendNodeError, ConfigError, DeviceError, ToolError, UsageError
 from ascend_node.tools import ToolResult, run_tool
 
 Captures = Callable[[str], "dict[str, str]"]
@@ -182,10 +182,14 @@ def test_parse_device_list_accepts_real_forms(spec: str, expected: tuple[int, ..
     ],
 )
 def test_parse_device_list_rejects_with_the_value(spec: str, cause: str) -> None:
-    with pytest.raises(ConfigError) as err:
+    with pytest.raises(UsageError) as err:  # from the flag: a usage error (2)
         parse_device_list(spec)
     assert err.value.cause == cause
-    assert err.value.exit_code == 1
+    assert err.value.exit_code == 2
+    with pytest.raises(ConfigError) as env_err:  # from the environment: configuration (1)
+        parse_device_list(spec, "ASCEND_VISIBLE_DEVICES")
+    assert env_err.value.cause == cause.replace("--devices", "ASCEND_VISIBLE_DEVICES", 1)
+    assert env_err.value.exit_code == 1
 
 
 # ------------------------------------------------------------------ validation
@@ -460,7 +464,7 @@ NEAR_VALID = st.lists(st.sampled_from([*"0123456789,- ", "Ascend910-", "B"])).ma
 def test_parse_device_list_returns_ids_or_config_error(spec: str) -> None:
     try:
         ids = parse_device_list(spec)
-    except ConfigError as exc:
+    except UsageError as exc:
         assert exc.cause.startswith(f"--devices={spec!r}")
         return
     assert ids

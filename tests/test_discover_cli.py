@@ -194,8 +194,6 @@ def error_text(cause: str, hint: str) -> str:
         ({"ASCEND_NODE_TOOL_TIMEOUT": "-3"}, [],
          "ASCEND_NODE_TOOL_TIMEOUT='-3' is invalid: Input should be greater than 0",
          "fix or unset ASCEND_NODE_TOOL_TIMEOUT"),
-        ({}, ["--devices", "0-99"], "--devices='0-99': device id 64 is above 63",
-         "physical device ids run from 0 to 63"),
         ({"ASCEND_VISIBLE_DEVICES": "npu0"}, [],
          "ASCEND_VISIBLE_DEVICES='npu0': 'npu0' is not a device id, range or AscendXXX-N name",
          "use e.g. 0-7, 0,1,2,3 or Ascend910-0,Ascend910-1"),
@@ -212,6 +210,13 @@ def test_discover_bad_environment_exits_1_naming_the_value(
             monkeypatch.setenv(key, value)
     result = run("--json", *args)
     assert (result.exit_code, result.stdout, result.stderr) == (1, "", error_text(cause, hint))
+
+
+def test_discover_bad_devices_flag_is_a_usage_error(node_env: dict[str, str], fp: Any) -> None:
+    result = run("--json", "--devices", "0-99")
+    assert (result.exit_code, result.stdout, result.stderr) == (
+        2, "", error_text("--devices='0-99': device id 64 is above 63",
+                          "physical device ids run from 0 to 63"))
 
 
 def test_discover_device_without_ip_exits_1_quoting_the_tool(

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from ascend_node import doctor as d
 from ascend_node.devices import DeviceIds, parse_device_list
-from ascend_node.errors import ConfigError, ToolError
+from ascend_node.errors import ConfigError, ToolError, UsageError
 from ascend_node.outputs import StatusDoc, write_status
 from ascend_node.ranktable import DeviceEntry, ServerEntry, build_rank_table, render_rank_table
 from ascend_node.rendezvous.models import AttemptDoc, OutcomeDoc
@@ -816,7 +816,7 @@ def test_peers_without_a_shared_dir_is_unusable(node_env: dict[str, str], tmp_pa
 
 
 def test_bad_devices_setting_is_unusable(node_env: dict[str, str], tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="'7-2'"):
+    with pytest.raises(UsageError, match="'7-2'"):  # given as the flag
         doctor(node_env, tmp_path, devices="7-2")
 
 
