@@ -256,7 +256,7 @@ def check_writable(shared_dir: Path) -> None:
         flags = os.statvfs(shared_dir).f_flag
     except OSError as exc:
         raise volume_error(exc, shared_dir, "inspect") from exc
-    if flags & os.ST_RDONLY:
+    if flags & os.ST_RDONLY:  # volume_error names a pseudo-filesystem (/sys) first
         raise volume_error(OSError(errno.EROFS, os.strerror(errno.EROFS)), shared_dir,
                            "write to")
     pseudo = _pseudo_mount(shared_dir)
