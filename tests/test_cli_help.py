@@ -50,3 +50,9 @@ def test_validate_names_its_argument_file() -> None:
     result = cli_runner().invoke(app, ["validate", "--help"])
     usage = result.output.splitlines()[0]
     assert re.fullmatch(r"Usage: ascend-node validate \[OPTIONS\] \{?FILE\}?", usage), usage
+
+
+def test_the_root_options_have_a_description() -> None:
+    missing = ["/".join(p.opts) for p in COMMANDS.params
+               if not (getattr(p, "help", None) or "").strip()]
+    assert missing == []
