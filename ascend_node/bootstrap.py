@@ -1,7 +1,10 @@
-"""The chain, step by step (DESIGN "The chain"): each step a function the CLI calls.
+"""The chain, step by step (docs/design.md "The chain"): each step a function the CLI calls.
 
 Kept apart from `cli.py` so the chain can be driven (and tested) without a command
-line, and so commands stay thin.
+line, and so commands stay thin. Steps 1-5 come from a `TableSource`: the shared-volume
+rendezvous here (`VolumeSource`), or MindCluster's hccl.json (`mindcluster_chain`,
+imported only when chosen). The shapes they share live in `tablesource`, so no source
+imports this module back.
 """
 
 from __future__ import annotations
@@ -12,15 +15,14 @@ import os
 import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Callable, Optional
 
 from ascend_node import devices as dev
 from ascend_node import events, logs
 from ascend_node.errors import AscendNodeError, ConfigError
-from ascend_node.hostinfo import default_route_ip, sandbox_facts
-from ascend_node.identity import NodeIdentity, fallback_incarnation, read_identity
+from ascend_node.hostinfo import identify as identify
+from ascend_node.identity import NodeIdentity
 from ascend_node.outputs import StatusDoc, write_status, write_table_outputs
 from ascend_node.preflight.probe import HealthProbe
 from ascend_node.preflight.record import record_cluster
@@ -28,43 +30,12 @@ from ascend_node.rendezvous.models import DeviceRecord, MemberData
 from ascend_node.rendezvous.protocol import Rendezvous, node0_failure, publish_failure
 from ascend_node.rendezvous.store import RunPaths
 from ascend_node.settings import Settings
-from ascend_node.superpod import NodeSuperPod, SuperPodProbe, query_super_pod
-from ascend_node.tablesource import SourceChoice, choose_table_source
+from ascend_node.superpod import SuperPodProbe, query_super_pod
+from ascend_node.tablesource import Discovery as Discovery
+from ascend_node.tablesource import SourceChoice, TableSource, choose_table_source
+from ascend_node.tablesource import TableResult as TableResult
 
 log = logging.getLogger("ascend_node")
-
-
-@dataclass(frozen=True)
-class Discovery:
-    identity: NodeIdentity
-    devices: tuple[dev.Device, ...]
-    device_source: str
-    hccn_tool: str
-    super_pod: Optional[NodeSuperPod] = None
-    super_pod_note: str = ""
-
-
-@dataclass(frozen=True)
-class TableResult:
-    discovery: Discovery
-    run_id: str
-    attempt_id: str
-    table: dict[str, Any]
-    table_text: str
-    env: dict[str, str]
-    shared_table: Path
-    seconds: float
-    started: float = 0.0  # the agent's start (time.monotonic)
-    preflight: str = "off"  # the policy in force
-    preflight_doc: Optional[dict[str, Any]] = None  # what the rendezvous stage found
-
-
-def identify(environ: Mapping[str, str]) -> NodeIdentity:
-    def fallback(pod_ip: str) -> str:
-        hostname, boot_id, netns = sandbox_facts()
-        return fallback_incarnation(pod_ip, hostname, boot_id, netns)
-
-    return read_identity(environ, default_route_ip, fallback)
 
 
 def discover(
@@ -130,15 +101,6 @@ def member_data(d: Discovery) -> MemberData:
     )
 
 
-def start_events(settings: Settings, command: str, started: float, run_id: str,
-                 **detail: Any) -> None:
-    """A new run in `<state-dir>/events.jsonl`; `started` is the agent's monotonic start."""
-    recorder = events.Recorder.open(
-        settings.state_dir, command, started=time.time() - (time.monotonic() - started),
-        run_id=run_id, **detail)
-    events.activate(recorder).close()  # the previous one, when the chain reruns in-process
-
-
 def require_rendezvous_settings(settings: Settings) -> tuple[Path, str]:
     if settings.shared_dir is None:
         raise ConfigError(
@@ -171,18 +133,41 @@ def ranktable(
     (`ascend_node.mindcluster`); the outputs are the same, and there is no pre-flight
     (no rendezvous to publish in).
     """
-    source = table_source(settings)
-    log.info("rank table source: %s (%s)", source.source, source.why)
-    if source.source == "mindcluster":
-        from ascend_node.mindcluster_chain import ranktable_from_mindcluster
+    choice = table_source(settings)
+    log.info("rank table source: %s (%s)", choice.source, choice.why)
+    return source_for(choice).build(settings, environ, started, command, preflight)
 
-        return ranktable_from_mindcluster(settings, environ, started, command, source)
+
+def source_for(choice: SourceChoice) -> TableSource:
+    """The `TableSource` for a choice; MindCluster's module is imported only when chosen."""
+    if choice.source == "mindcluster":
+        from ascend_node.mindcluster_chain import MindClusterSource
+
+        return MindClusterSource(choice)
+    return VolumeSource(choice)
+
+
+class VolumeSource:
+    """Steps 1-5 on the shared volume: discover, meet the peers, write the outputs."""
+
+    def __init__(self, choice: SourceChoice) -> None:
+        self.choice = choice
+
+    def build(self, settings: Settings, environ: Mapping[str, str], started: float,
+              command: str, preflight: str) -> TableResult:
+        return _ranktable_from_volume(settings, environ, started, command, preflight)
+
+
+def _ranktable_from_volume(
+    settings: Settings, environ: Mapping[str, str], started: float, command: str,
+    preflight: str,
+) -> TableResult:
     deadline = started + settings.timeout
     shared_dir, run_id = require_rendezvous_settings(settings)
     paths = RunPaths(shared_dir, run_id)
     status = StatusDoc(state="in_progress", phase="discover", command=command, run_id=run_id)
     write_status(settings.state_dir, status)
-    start_events(settings, command, started, run_id)
+    events.start_run(settings.state_dir, command, started, run_id)
     identity: Optional[NodeIdentity] = None
     try:
         with events.phase("discovery") as detail:

@@ -68,12 +68,15 @@ Timeout = Annotated[Optional[float], typer.Option(
     "--timeout", help="Seconds to wait for peers, from start (env ASCEND_NODE_TIMEOUT; 900)",
     show_default=False)]
 MasterFile = Annotated[Optional[Path], typer.Option(
-    "--master-file", help="(env ASCEND_NODE_MASTER_FILE; /master)", show_default=False)]
+    "--master-file", help="Where to write the master's IP for launchers and scripts "
+    "(env ASCEND_NODE_MASTER_FILE; /master)", show_default=False)]
 WorldSizeFile = Annotated[Optional[Path], typer.Option(
-    "--world-size-file", help="(env ASCEND_NODE_WORLD_SIZE_FILE; /world_size)",
+    "--world-size-file", help="Where to write the total NPU count "
+    "(env ASCEND_NODE_WORLD_SIZE_FILE; /world_size)",
     show_default=False)]
 StateDir = Annotated[Optional[Path], typer.Option(
-    "--state-dir", help="(env ASCEND_NODE_STATE_DIR; /run/ascend-node)", show_default=False)]
+    "--state-dir", help="This container's local directory: table copy, env script, status "
+    "(env ASCEND_NODE_STATE_DIR; /run/ascend-node)", show_default=False)]
 Devices = Annotated[Optional[str], typer.Option(
     "--devices", help="Physical NPU ids, e.g. 0-7 or 0,1,2,3 (env ASCEND_NODE_DEVICES)",
     show_default=False)]
@@ -293,7 +296,8 @@ def ranktable(
 
 @app.command()
 def validate(
-    file: Annotated[Path, typer.Argument(help="Rank table JSON file")],
+    file: Annotated[Path, typer.Argument(help="Rank table JSON file", metavar="FILE",
+                                         show_default=False)],
     target: Annotated[str, typer.Option(
         "--for", help="Rules to apply: mindie (HCCL + MindIE) or hccl")] = "mindie",
     owner_uid: Annotated[Optional[int], typer.Option(
@@ -505,19 +509,31 @@ def status(
 @app.command()
 def clean(
     shared_dir: SharedDir = None, run_id: RunId = None,
-    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask")] = False,
+    yes: Annotated[bool, typer.Option(
+        "--yes", "-y", help="Remove without asking (needed when stdin is not a terminal)")
+    ] = False,
     debug: Debug = False,
 ) -> None:
-    """Remove this run's rendezvous state (and shared table) from the shared volume."""
+    """Remove this run's rendezvous state (and shared table) from the shared volume.
+
+    Asks on a terminal; without one it removes nothing unless given --yes (exit 2).
+    """
     with _errors(_debug(debug)):
         from ascend_node.bootstrap import require_rendezvous_settings
+        from ascend_node.errors import UsageError
         from ascend_node.rendezvous.cleanup import clean_run
 
         settings = _settings(False, shared_dir=shared_dir, run_id=run_id)
         shared, rid = require_rendezvous_settings(settings)
-        if not yes and sys.stdin.isatty() and not typer.confirm(
-                f"remove run {rid!r} state from {shared}?"):
-            raise typer.Exit(1)
+        if not yes:
+            if not sys.stdin.isatty():
+                raise UsageError(
+                    f"clean would remove run {rid!r} state from {shared}, and there is no "
+                    "terminal to ask: nothing removed",
+                    "pass --yes to remove it without asking")
+            if not typer.confirm(f"remove run {rid!r} state from {shared}?"):
+                print("ascend-node: nothing removed", file=sys.stderr)
+                raise typer.Exit(1)
         for line in clean_run(shared, rid):
             print(line)
 
@@ -569,14 +585,19 @@ def manifest(
     ] = False,
     model_path: Annotated[str, typer.Option("--model-path", help="Mount path of the PVC")
                           ] = "/mnt/model",
-    namespace: Annotated[Optional[str], typer.Option("--namespace", show_default=False)
-                         ] = None,
+    namespace: Annotated[Optional[str], typer.Option(
+        "--namespace", help="Kubernetes namespace of the Job (omitted: the current one of kubectl)",
+        show_default=False)] = None,
     rdma_resource: Annotated[Optional[str], typer.Option(
         "--rdma-resource", help="e.g. rdma/hca (adds IPC_LOCK)", show_default=False)] = None,
-    queue: Annotated[str, typer.Option("--queue")] = "default",
+    queue: Annotated[str, typer.Option("--queue", help="Volcano queue of the Job")
+                     ] = "default",
     timeout: Annotated[int, typer.Option("--timeout", help="Agent's peer timeout")] = 900,
-    npu_resource: Annotated[str, typer.Option("--npu-resource")] = "huawei.com/Ascend910",
-    no_driver_mounts: Annotated[bool, typer.Option("--no-driver-mounts")] = False,
+    npu_resource: Annotated[str, typer.Option(
+        "--npu-resource", help="Extended resource name of the NPUs")] = "huawei.com/Ascend910",
+    no_driver_mounts: Annotated[bool, typer.Option(
+        "--no-driver-mounts", help="Do not mount the host's /usr/local/Ascend/driver "
+        "(the image brings its own driver tools)")] = False,
     json_out: Json = False, debug: Debug = False,
 ) -> None:
     """Render a Volcano Job for MindIE multi-node or training (command after `--`)."""

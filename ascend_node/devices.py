@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 from ascend_node import events
-from ascend_node.errors import ConfigError, DeviceError, ToolError
+from ascend_node.errors import DeviceError, ToolError, refused_value
 from ascend_node.netcheck import IPAddress, family, parse_ip, unusable_reason
-from ascend_node.tools import ToolResult, run_tool, which
+from ascend_node.tools import ToolResult, run_tool, shown_output, which
 
 MAX_DEVICE_ID = 63  # MindIE's device_id range [0, 63] (mindie-checks 13)
 DEFAULT_HCCN_TOOL = "/usr/local/Ascend/driver/tools/hccn_tool"
@@ -48,11 +48,14 @@ def parse_device_list(spec: str, source: str = "--devices") -> tuple[int, ...]:
     """`0,1,2,3`, `0-7`, `Ascend910-0,Ascend910-1`, or a mix; sorted, unique.
 
     The `Ascend910-N` form is what Ascend Docker Runtime puts in ASCEND_VISIBLE_DEVICES
-    from the device plugin's annotation (facts §1.4); N is the physical id.
+    from the device plugin's annotation (facts §1.4); N is the physical id. A refused
+    list is a usage error (2) when `source` is the flag, a configuration error (1) when it
+    came from the environment (`errors.refused_value`).
     """
     text = spec.strip()
     if not text:
-        raise ConfigError(f"{source}={spec!r} lists no devices", "use e.g. 0-7 or 0,1,2,3")
+        raise refused_value(source, f"{source}={spec!r} lists no devices",
+                            "use e.g. 0-7 or 0,1,2,3")
     ids: set[int] = set()
     for raw in text.split(","):
         item = raw.strip()
@@ -64,7 +67,7 @@ def parse_device_list(spec: str, source: str = "--devices") -> tuple[int, ...]:
         if rng:
             lo, hi = int(rng.group(1)), int(rng.group(2))
             if lo > hi:
-                raise ConfigError(
+                raise refused_value(source,
                     f"{source}={spec!r}: range {item!r} runs backwards",
                     "write ranges low-high, e.g. 0-7",
                 )
@@ -73,13 +76,13 @@ def parse_device_list(spec: str, source: str = "--devices") -> tuple[int, ...]:
         if re.fullmatch(r"[0-9]{1,3}", item):
             ids.add(int(item))
             continue
-        raise ConfigError(
+        raise refused_value(source,
             f"{source}={spec!r}: {item!r} is not a device id, range or AscendXXX-N name",
             "use e.g. 0-7, 0,1,2,3 or Ascend910-0,Ascend910-1",
         )
     too_big = sorted(i for i in ids if i > MAX_DEVICE_ID)
     if too_big:
-        raise ConfigError(
+        raise refused_value(source,
             f"{source}={spec!r}: device id {too_big[0]} is above {MAX_DEVICE_ID}",
             "physical device ids run from 0 to 63",
         )
@@ -194,7 +197,8 @@ def parse_tls_switch(text: str) -> Optional[int]:
 
 
 def check_device_ips(devices: Sequence[Device], raw: Mapping[int, str]) -> None:
-    """Reject what HCCL or MindIE would reject later (DESIGN step 2), naming the device.
+    """Reject what HCCL or MindIE would reject later, naming the device (step 2 of the
+    chain in docs/design.md).
 
     `raw` holds what the tool printed for each device, quoted in the message so the
     operator sees the evidence, not our interpretation of it. Duplicates are compared
@@ -202,7 +206,7 @@ def check_device_ips(devices: Sequence[Device], raw: Mapping[int, str]) -> None:
     """
     seen: dict[IPAddress, Device] = {}
     for dev in devices:
-        printed = raw.get(dev.device_id, "").strip().replace("\n", "\\n")
+        printed = shown_output(raw.get(dev.device_id, ""))
         reason = unusable_reason(dev.ip) if dev.ip != "-1" else "failed-query sentinel"
         if reason is not None:
             value = f" {dev.ip!r} from {dev.ip_source}" if dev.ip else ""
@@ -210,7 +214,7 @@ def check_device_ips(devices: Sequence[Device], raw: Mapping[int, str]) -> None:
             # (`hccn_tool -i 0 -ip -s address 192.168.100.101 netmask 255.255.255.0`).
             raise DeviceError(
                 f"device {dev.device_id} has no usable RoCE IP ({reason}{value}): "
-                f"`hccn_tool -i {dev.device_id} -ip -g` printed {printed[:200]!r}",
+                f"`hccn_tool -i {dev.device_id} -ip -g` printed {printed}",
                 f"set it with `hccn_tool -i {dev.device_id} -ip -s address <ip> netmask <mask>` "
                 f"or add address_{dev.device_id}= to /etc/hccn.conf",
             )
@@ -282,7 +286,7 @@ def enumerate_devices(
     if not ids:
         raise DeviceError(
             f"no NPU visible: `{result.command}` listed no chips "
-            f"(exit {result.returncode}: {(result.stdout + result.stderr).strip()[:200]!r})",
+            f"(exit {result.returncode}, printed {shown_output(result.stdout + result.stderr)})",
             "request huawei.com/Ascend910 resources for the pod, or pass --devices",
         )
     return DeviceIds(ids, "npu-smi info -m")

@@ -2,7 +2,7 @@
 
 Every failure a user can cause or meet ends as one of these. The CLI maps them to
 a one-line cause plus a hint on stderr and the exit code of the contract (see
-DESIGN.md, "Exit codes"), which Volcano job policies act on: 4 is retryable
+docs/design.md, "Exit codes"), which Volcano job policies act on: 4 is retryable
 (RestartJob), 5 is not (AbortJob). Domain code raises; only `cli.py` exits.
 """
 
@@ -49,6 +49,14 @@ class UsageError(AscendNodeError):
     """Command-line usage error (exit 2)."""
 
     exit_code: ClassVar[int] = 2
+
+
+def refused_value(source: str, cause: str, hint: str = "") -> AscendNodeError:
+    """A value the agent refuses, by where it was written: on the command line (`source`
+    names a flag: `--devices`, `flag --timeout`) it is a usage error (2), like an unknown
+    option; from the environment or a file it is a configuration error (1)."""
+    on_command_line = source.startswith(("--", "flag "))
+    return (UsageError if on_command_line else ConfigError)(cause, hint)
 
 
 class Degraded(AscendNodeError):

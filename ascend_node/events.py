@@ -164,6 +164,14 @@ _NULL = Recorder(None, "")
 _current = _NULL
 
 
+def start_run(state_dir: Path, command: str, started: float, run_id: str,
+              **detail: Any) -> None:
+    """A new run in `<state-dir>/events.jsonl`; `started` is the agent's monotonic start."""
+    recorder = Recorder.open(state_dir, command, started=time.time() - (time.monotonic() - started),
+                             run_id=run_id, **detail)
+    activate(recorder).close()  # the previous one, when the chain reruns in-process
+
+
 def activate(recorder: Recorder) -> Recorder:
     """Make `recorder` the one `phase`/`record` write to; returns the previous one."""
     global _current

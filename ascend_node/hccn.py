@@ -17,7 +17,7 @@ from typing import Any, Callable, Optional, Union
 from ascend_node import devices as dev
 from ascend_node.errors import ToolError
 from ascend_node.netcheck import family, unusable_reason
-from ascend_node.tools import ToolResult, run_tool
+from ascend_node.tools import ToolResult, run_tool, shown_output
 
 HEALTHY_NET = ("Success", "Init")  # MindCluster treats both as healthy (facts §1.1)
 PING_WORKERS = 16
@@ -48,8 +48,8 @@ class DeviceState:
 
 def printed(res: ToolResult) -> str:
     """What a tool printed, cut to one line: the cause when its output had no usable value."""
-    text = (res.stdout + res.stderr).strip().replace("\n", "\\n")
-    return f"`{res.command}` printed {text[:160]!r} (exit {res.returncode})"
+    return f"`{res.command}` printed {shown_output(res.stdout + res.stderr, 160)} " \
+        f"(exit {res.returncode})"
 
 
 def query_device_states(

@@ -1,12 +1,14 @@
-"""The impure edges of identity: the default-route address and the pod's sandbox facts."""
+"""The impure edges of identity: the default-route address, the pod's sandbox facts, and
+`identify`, which hands both to the pure `identity.read_identity`."""
 
 from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Optional
 
+from ascend_node.identity import NodeIdentity, fallback_incarnation, read_identity
 from ascend_node.netcheck import unusable_reason
 
 # Documentation addresses (RFC 5737, RFC 3849): assigned to nobody, so in a pod the only
@@ -65,3 +67,12 @@ def sandbox_facts() -> tuple[str, str, str]:
     except OSError:
         netns = ""
     return socket.gethostname(), _read("/proc/sys/kernel/random/boot_id"), netns
+
+
+def identify(environ: Mapping[str, str]) -> NodeIdentity:
+    """This pod's identity: the environment, else the default route and sandbox facts."""
+    def fallback(pod_ip: str) -> str:
+        hostname, boot_id, netns = sandbox_facts()
+        return fallback_incarnation(pod_ip, hostname, boot_id, netns)
+
+    return read_identity(environ, default_route_ip, fallback)

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
-from ascend_node.errors import ConfigError
+from ascend_node.errors import ConfigError, refused_value
 from ascend_node.netcheck import unusable_reason
 
 ROLES = ("master", "worker")
@@ -250,7 +250,8 @@ def check_run_id(value: str, source: str) -> str:
     """A run id names files on a shared volume: refuse anything path-like or unsafe."""
     text = value
     if not _RUN_ID_RE.fullmatch(text) or ".." in text:
-        raise ConfigError(
+        raise refused_value(
+            source,
             f"run id {value!r} (from {source}) is not a safe file-name part",
             "use 1-128 characters from [A-Za-z0-9_.-], starting with a letter or digit, "
             "without '..'",

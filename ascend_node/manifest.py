@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Literal, Optional
 
-from ascend_node.errors import ClusterInconsistent, ConfigError, PeerTimeout
+from ascend_node.errors import ClusterInconsistent, ConfigError, PeerTimeout, UsageError
 from ascend_node.identity import check_run_id
 
 Kind = Literal["mindie", "training"]
@@ -105,45 +105,52 @@ A3_SUPER_POD_TYPES = {16: "module-a3-16-super-pod", 8: "module-a3-8-super-pod"}
 
 
 def validate(p: ManifestParams) -> None:
-    """Raise ConfigError naming the first bad value, with what would be accepted."""
+    """Raise UsageError naming the first bad value, with what would be accepted.
+
+    Every parameter is a command-line argument of `ascend-node manifest`, so a bad one is a
+    usage error (exit 2) like an unknown option, whichever rule it breaks.
+    """
     if p.kind not in KINDS:
-        raise ConfigError(f"manifest kind {p.kind!r} is not one of {', '.join(KINDS)}",
+        raise UsageError(f"manifest kind {p.kind!r} is not one of {', '.join(KINDS)}",
                           "use --kind mindie or --kind training")
     _check_int("nodes", p.nodes, 1, MINDIE_MAX_NODES if p.kind == "mindie" else 100_000)
     _check_int("npus_per_node", p.npus_per_node, 1, 16)
     if p.a3 and p.npus_per_node not in A3_SUPER_POD_TYPES:
-        raise ConfigError(
+        raise UsageError(
             f"--a3 with npus_per_node={p.npus_per_node}: A3 super-pod nodes are scheduled "
             "with 16 (module-a3-16-super-pod) or 8 (module-a3-8-super-pod) NPUs per pod",
             "use --npus-per-node 16 (the default with --a3) or 8",
         )
     _check_int("timeout", p.timeout, 1, 7 * 24 * 3600)
     if not isinstance(p.name, str) or not _DNS1035_LABEL.match(p.name):
-        raise ConfigError(
+        raise UsageError(
             f"job name {p.name!r} is not a DNS-1035 label",
             "use lower-case letters, digits and '-', starting with a letter "
             "(the svc plugin names a Service after the job)",
         )
     longest = pod_names(p.name, p.nodes)[-1]
     if len(longest) > MAX_HOSTNAME:
-        raise ConfigError(
+        raise UsageError(
             f"job name {p.name!r} is too long for {p.nodes} node(s): pod hostname "
             f"{longest!r} has {len(longest)} characters (max {MAX_HOSTNAME})",
             f"shorten the name to at most {MAX_HOSTNAME - len(longest) + len(p.name)} characters",
         )
     if not isinstance(p.image, str) or not p.image or any(c.isspace() for c in p.image):
-        raise ConfigError(f"image {p.image!r} is empty or contains whitespace",
+        raise UsageError(f"image {p.image!r} is empty or contains whitespace",
                           "give an image reference such as registry/mindie:2.1-ascend-node")
     _check_subdomain("pvc", p.pvc)
     _check_subdomain("queue", p.queue)
     if p.namespace is not None and (len(p.namespace) > 63 or not _DNS1123_LABEL.match(p.namespace)):
-        raise ConfigError(f"namespace {p.namespace!r} is not a DNS-1123 label",
+        raise UsageError(f"namespace {p.namespace!r} is not a DNS-1123 label",
                           "use lower-case letters, digits and '-', at most 63 characters")
     # The agent's own rule: the run id becomes part of file names on the shared volume.
-    check_run_id(p.run_id if isinstance(p.run_id, str) else repr(p.run_id), "run_id")
+    try:
+        check_run_id(p.run_id if isinstance(p.run_id, str) else repr(p.run_id), "run_id")
+    except ConfigError as exc:
+        raise UsageError(exc.cause, exc.hint) from None
     if (not isinstance(p.model_path, str) or not _SAFE_PATH.match(p.model_path)
             or p.model_path.rstrip("/") == "" or ".." in p.model_path.split("/")):
-        raise ConfigError(
+        raise UsageError(
             f"model path {p.model_path!r} is not an absolute path of [0-9A-Za-z_./-]",
             "MindIE refuses other characters in paths; e.g. /mnt/model",
         )
@@ -154,10 +161,10 @@ def validate(p: ManifestParams) -> None:
         not isinstance(p.command, list) or not p.command
         or not all(isinstance(a, str) and "\0" not in a for a in p.command) or not p.command[0]
     ):
-        raise ConfigError(f"command {p.command!r} is not a non-empty list of strings",
+        raise UsageError(f"command {p.command!r} is not a non-empty list of strings",
                           "give the program and its arguments after --")
     if p.kind == "training" and p.command is None:
-        raise ConfigError(
+        raise UsageError(
             "training manifest has no launcher command",
             "give it after --, e.g. -- bash -c 'exec msrun --worker_num=$WORLD_SIZE "
             "--local_worker_num=8 --master_addr=$MASTER_IP ... run_mindformer.py ...'",
@@ -166,12 +173,12 @@ def validate(p: ManifestParams) -> None:
 
 def _check_int(field: str, value: object, lo: int, hi: int) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= hi:
-        raise ConfigError(f"{field} {value!r} is out of range", f"use an integer from {lo} to {hi}")
+        raise UsageError(f"{field} {value!r} is out of range", f"use an integer from {lo} to {hi}")
 
 
 def _check_subdomain(field: str, value: object) -> None:
     if not isinstance(value, str) or len(value) > 253 or not _DNS1123_SUBDOMAIN.match(value):
-        raise ConfigError(f"{field} {value!r} is not a DNS-1123 subdomain",
+        raise UsageError(f"{field} {value!r} is not a DNS-1123 subdomain",
                           "use lower-case letters, digits, '-' and '.', at most 253 characters")
 
 
@@ -180,7 +187,7 @@ def _check_resource(field: str, value: object) -> None:
     prefix, _, name = value.partition("/") if isinstance(value, str) else ("", "", "")
     if (not prefix or len(prefix) > 253 or not _DNS1123_SUBDOMAIN.match(prefix)
             or not name or len(name) > 63 or not _RESOURCE_NAME.match(name)):
-        raise ConfigError(f"{field} {value!r} is not an extended resource name <domain>/<name>",
+        raise UsageError(f"{field} {value!r} is not an extended resource name <domain>/<name>",
                           "e.g. rdma/hca or huawei.com/Ascend910")
 
 

@@ -1,9 +1,10 @@
 """Steps 1-5 with MindCluster's hccl.json as the source: wait, convert, write the outputs.
 
 The glue between `ascend_node.mindcluster` (the pure conversion and the wait) and the
-rest of the chain: it returns the same `TableResult` as the shared-volume rendezvous, so
-`boot` continues exactly as it does there (env, wheel, config.json, exec). Nothing here
-touches the shared volume.
+rest of the chain: `MindClusterSource` is a `tablesource.TableSource` and returns the same
+`TableResult` as the shared-volume rendezvous, so `boot` continues exactly as it does there
+(env, wheel, config.json, exec). Nothing here touches the shared volume, and nothing here
+imports the chain (`bootstrap`) back: the chain imports this module when it chooses it.
 """
 
 from __future__ import annotations
@@ -14,22 +15,34 @@ from collections.abc import Mapping
 from typing import Any, Optional
 
 from ascend_node import events, logs
-from ascend_node.bootstrap import Discovery, TableResult, identify, start_events
 from ascend_node.devices import Device
 from ascend_node.errors import ConfigError
-from ascend_node.hostinfo import default_route_ip
+from ascend_node.hostinfo import default_route_ip, identify
 from ascend_node.identity import NodeIdentity, node_name, read_pod_ip
 from ascend_node.mindcluster import Converted, HcclJsonWait, convert_for_mindie
 from ascend_node.outputs import StatusDoc, write_status, write_table_outputs
 from ascend_node.ranktable import render_rank_table
 from ascend_node.settings import Settings
 from ascend_node.superpod import NodeSuperPod
-from ascend_node.tablesource import SourceChoice
+from ascend_node.tablesource import Discovery, SourceChoice, TableResult
 
 log = logging.getLogger("ascend_node.mindcluster")
 
 ATTEMPT_ID = "mindcluster"
 """What status.json and `ranktable --json` show as the attempt: there is none."""
+
+
+class MindClusterSource:
+    """Steps 1-5 from MindCluster's hccl.json: wait for it to be completed, convert it.
+
+    There is no pre-flight here: no rendezvous to publish device health in."""
+
+    def __init__(self, choice: SourceChoice) -> None:
+        self.choice = choice
+
+    def build(self, settings: Settings, environ: Mapping[str, str], started: float,
+              command: str, preflight: str) -> TableResult:
+        return ranktable_from_mindcluster(settings, environ, started, command, self.choice)
 
 
 def ranktable_from_mindcluster(
@@ -41,7 +54,7 @@ def ranktable_from_mindcluster(
     write_status(settings.state_dir, StatusDoc(
         state="in_progress", phase="mindcluster", command=command, run_id=run_id,
         message=source.why))
-    start_events(settings, command, started, run_id, source="mindcluster")
+    events.start_run(settings.state_dir, command, started, run_id, source="mindcluster")
     # Volcano's identity is optional here (an AscendJob may not set ROLE); when present
     # it names missing nodes in progress lines the way the volume source does.
     try:
@@ -121,4 +134,4 @@ def _super_pod(table: Mapping[str, Any], index: int) -> Optional[NodeSuperPod]:
                              for d in server["device"] if "super_device_id" in d})
 
 
-__all__ = ["ranktable_from_mindcluster"]
+__all__ = ["MindClusterSource", "ranktable_from_mindcluster"]

@@ -70,7 +70,7 @@ def _write(path: Path, data: bytes, mode: int, owner: Optional[tuple[int, int]])
 def table_env(
     local_table: Path, table: Mapping[str, Any], container_ip: str
 ) -> dict[str, str]:
-    """The values `source_mul_env.sh` exports (DESIGN step 5)."""
+    """The values `source_mul_env.sh` exports (docs/design.md, "The chain", step 5)."""
     return {
         "RANK_TABLE_FILE": str(local_table),
         "RANKTABLEFILE": str(local_table),

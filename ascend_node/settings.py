@@ -1,7 +1,7 @@
 """Every knob of the contract, each with its environment twin and where its value came from.
 
 An image is configured without changing its command, so every option has an
-environment twin (DESIGN "Command-line contract"). Precedence: flag, then environment,
+environment twin (docs/design.md, "Commands"). Precedence: flag, then environment,
 then default. `--verbose` prints the `sources` map, because "which value won" is the
 first question when a multi-node job misbehaves.
 """
@@ -16,7 +16,7 @@ from typing import Any, Callable, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from ascend_node.errors import ConfigError
+from ascend_node.errors import ConfigError, refused_value
 from ascend_node.identity import check_run_id, run_id_from_volcano_hosts
 from ascend_node.preflight.policy import parse_policy
 
@@ -125,7 +125,8 @@ OPTIONS: tuple[Option, ...] = (
 
 
 def resolve_settings(flags: Mapping[str, Any], environ: Mapping[str, str]) -> Settings:
-    """Flags (None = not given) over environment over defaults; ConfigError names the culprit."""
+    """Flags (None = not given) over environment over defaults; the error names the culprit:
+    a refused flag is a usage error (2), a refused environment variable a ConfigError (1)."""
     values: dict[str, Any] = {}
     sources: dict[str, str] = {}
     for opt in OPTIONS:
@@ -168,7 +169,8 @@ def resolve_settings(flags: Mapping[str, Any], environ: Mapping[str, str]) -> Se
                 f"fix or unset {var}" + (f" (or pass {flag})" if flag else ""),
             ) from exc
         shown = flag or name.replace("_", "-")
-        raise ConfigError(
+        raise refused_value(
+            src,
             f"{shown}={values.get(name)!r} is invalid: {err['msg']}",
             "see `ascend-node --help` for the accepted values",
         ) from exc

@@ -1,4 +1,11 @@
-"""Where the rank table comes from: the shared-volume rendezvous or MindCluster's file.
+"""Where the rank table comes from, and the one shape every source has.
+
+Two sources make steps 1-5: the shared-volume rendezvous (`bootstrap.VolumeSource`) and
+MindCluster's hccl.json (`mindcluster_chain.MindClusterSource`). Each is a `TableSource`
+and returns the same `TableResult`, so `boot` continues the same way after either. The
+chain (`bootstrap.ranktable`) chooses one with `choose_table_source` and imports the
+MindCluster module only when it is chosen; the sources import their shapes from here,
+never the chain back.
 
 Apart from `mindcluster` (the file's wait and conversion) so that a pod on the volume
 source, the common case, decides this without importing what it will not use.
@@ -6,8 +13,16 @@ source, the common case, decides this without importing what it will not use.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Optional, Protocol
+
+if TYPE_CHECKING:  # types only: this module stays cheap to import (doctor, discover)
+    from ascend_node.devices import Device
+    from ascend_node.identity import NodeIdentity
+    from ascend_node.settings import Settings
+    from ascend_node.superpod import NodeSuperPod
 
 SOURCES = ("auto", "volume", "mindcluster")
 
@@ -18,6 +33,48 @@ class SourceChoice:
 
     source: str
     why: str
+
+
+@dataclass(frozen=True)
+class Discovery:
+    """Steps 1-2 as this node saw them: who it is and its devices."""
+
+    identity: NodeIdentity
+    devices: tuple[Device, ...]
+    device_source: str
+    hccn_tool: str
+    super_pod: Optional[NodeSuperPod] = None
+    super_pod_note: str = ""
+
+
+@dataclass(frozen=True)
+class TableResult:
+    """Steps 1-5 done: the final table, the env it implies, and where it came from."""
+
+    discovery: Discovery
+    run_id: str
+    attempt_id: str
+    table: dict[str, Any]
+    table_text: str
+    env: dict[str, str]
+    shared_table: Path
+    seconds: float
+    started: float = 0.0  # the agent's start (time.monotonic)
+    preflight: str = "off"  # the policy in force
+    preflight_doc: Optional[dict[str, Any]] = None  # what the rendezvous stage found
+
+
+class TableSource(Protocol):
+    """One way to make steps 1-5: wait for or build the table, then write the outputs.
+
+    `preflight` is the pre-flight policy (strict|warn|off); a source without a rendezvous
+    to publish health in ignores it. Raises `AscendNodeError` with the contract's code.
+    """
+
+    choice: SourceChoice
+
+    def build(self, settings: Settings, environ: Mapping[str, str], started: float,
+              command: str, preflight: str) -> TableResult: ...
 
 
 def choose_table_source(requested: str, hccl_json: Path, exists: bool) -> SourceChoice:

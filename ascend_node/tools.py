@@ -93,6 +93,28 @@ def _abandon(proc: subprocess.Popen[str]) -> None:
                 stream.close()
 
 
+def shown_output(text: str, limit: int = 200) -> str:
+    """What a tool printed, for a one-line message: quoted, readable, and each line once.
+
+    The same error often comes back from two queries of one device (`-ip -g`, then
+    `-ip -inet6 -g`), and a message that escapes newlines inside a repr() shows `\\n`
+    soup. Each distinct non-blank line appears once, in order, whitespace collapsed, joined
+    by " | "; control characters are shown as `\\xNN`; the whole is cut at `limit`.
+    """
+    lines: list[str] = []
+    for raw in text.splitlines():
+        line = " ".join(raw.split())
+        line = "".join(ch if ch.isprintable() else f"\\x{ord(ch):02x}" for ch in line)
+        if line and line not in lines:
+            lines.append(line)
+    if not lines:
+        return "nothing"
+    joined = " | ".join(lines)
+    if len(joined) > limit:
+        joined = joined[: limit - 3] + "..."
+    return f'"{joined}"'
+
+
 def which(name: str, path: Optional[str] = None) -> Optional[str]:
     """Like shutil.which, kept here so every tool lookup has one home."""
     import shutil

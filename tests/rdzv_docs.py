@@ -47,7 +47,7 @@ def table_outcome(members: list[MemberDoc], aid: str = "a1") -> OutcomeDoc:
                       ranktable_text="{}", ranktable_sha256="0" * 64)
 
 
-def abort_outcome(reason: str = "boom", aid: str = "a1", participants: tuple[str, ...] = ()
-                  ) -> OutcomeDoc:
+def abort_outcome(reason: str = "boom", aid: str = "a1", participants: tuple[str, ...] = (),
+                  failed_by: str | None = None) -> OutcomeDoc:
     return OutcomeDoc(run_id=RUN, attempt_id=aid, result="abort", reason=reason,
-                      participants=participants)
+                      participants=participants, failed_by=failed_by)

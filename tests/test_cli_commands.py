@@ -65,6 +65,17 @@ def test_validate_hccl_allows_one_server(tmp_path):
     assert mindie.exit_code == 1 and "server_count" in mindie.stdout
 
 
+def test_validate_for_hccl_accepts_mindclusters_0644_hccl_json(tmp_path):
+    table = tmp_path / "hccl.json"
+    shutil.copy(FIXTURES / "mindcluster" / "hccl-2x8-completed.json", table)
+    table.chmod(0o644)
+    result = invoke("validate", str(table), "--for", "hccl")
+    assert result.exit_code == 0, result.stdout + result.stderr
+    assert result.stdout == f"{table}: valid for hccl\n"
+    mindie = invoke("validate", str(table))
+    assert mindie.exit_code == 1 and "MindIE requires 0640 or stricter" in mindie.stdout
+
+
 # ------------------------------------------------------------------ status
 
 
@@ -156,8 +167,73 @@ def test_clean_does_not_follow_a_planted_symlink(tmp_path):
 
 def test_clean_refuses_an_unsafe_run_id(tmp_path):
     result = invoke("clean", "--shared-dir", str(tmp_path), "--run-id", "../etc", "-y")
-    assert result.exit_code == 1
+    assert result.exit_code == 2  # written on the command line: a usage error
     assert "run id '../etc' (from flag --run-id) is not a safe file-name part" in result.stderr
+
+
+def _run_state(shared: Path) -> Path:
+    (shared / ".ascend-node" / "r1" / "attempts").mkdir(parents=True)
+    (shared / "ranktable-r1.json").write_text("{}")
+    return shared / ".ascend-node" / "r1"
+
+
+def test_clean_without_yes_and_without_a_terminal_refuses_with_2(tmp_path):
+    state = _run_state(tmp_path)
+    result = invoke("clean", "--shared-dir", str(tmp_path), "--run-id", "r1")
+    assert result.exit_code == 2, result.stderr
+    assert (f"clean would remove run 'r1' state from {tmp_path}, and there is no terminal "
+            "to ask: nothing removed") in result.stderr
+    assert "hint: pass --yes to remove it without asking" in result.stderr
+    assert state.exists() and (tmp_path / "ranktable-r1.json").exists()
+
+
+def _clean_on_a_terminal(shared: Path, answer: bytes) -> tuple[int, str]:
+    """`ascend-node clean` with a real pseudo-terminal as stdin, answering the prompt."""
+    import pty
+    import subprocess
+    import sys
+
+    leader, follower = pty.openpty()
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "ascend_node", "clean", "--shared-dir", str(shared),
+             "--run-id", "r1"], stdin=follower, stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT)
+        os.close(follower)
+        follower = -1
+        os.write(leader, answer)
+        out, _ = proc.communicate(timeout=60)
+        return proc.returncode, out.decode()
+    finally:
+        os.close(leader)
+        if follower >= 0:
+            os.close(follower)
+
+
+def test_clean_on_a_terminal_asks_and_removes_on_yes(tmp_path):
+    state = _run_state(tmp_path)
+    code, out = _clean_on_a_terminal(tmp_path, b"y\n")
+    assert code == 0, out
+    assert f"remove run 'r1' state from {tmp_path}?" in out
+    assert not state.exists() and not (tmp_path / "ranktable-r1.json").exists()
+
+
+def test_clean_on_a_terminal_keeps_everything_on_no(tmp_path):
+    state = _run_state(tmp_path)
+    code, out = _clean_on_a_terminal(tmp_path, b"n\n")
+    assert code == 1, out
+    assert "nothing removed" in out
+    assert state.exists() and (tmp_path / "ranktable-r1.json").exists()
+
+
+def test_manifest_range_errors_are_usage_errors_like_a_bad_kind():
+    for args, named in ((["--nodes", "0"], "nodes 0 is out of range"),
+                        (["--npus-per-node", "17"], "npus_per_node 17 is out of range"),
+                        (["--name", "Bad_Name"], "job name 'Bad_Name'"),
+                        (["--kind", "batch"], "--kind 'batch'")):
+        result = invoke("manifest", *args)
+        assert result.exit_code == 2, (args, result.stderr)
+        assert named in result.stderr and "hint: " in result.stderr
 
 
 # ------------------------------------------------------------------ manifest

@@ -32,6 +32,10 @@ TABLE = table_outcome([member(i) for i in range(4)])
          (2,), "open"),
         ("aborted attempt, same pod", attempt(), abort_outcome(), "uid-0", ME0.digest(), (),
          "reuse"),
+        ("aborted by a peer's local failure, same pod", attempt(),
+         abort_outcome(failed_by="uid-2"), "uid-0", ME0.digest(), (), "open"),
+        ("aborted by node 0's own local failure, its restart", attempt(),
+         abort_outcome(failed_by="uid-0"), "uid-0", ME0.digest(), (), "open"),
         ("different node count", attempt(nodes=8), None, "uid-0", ME0.digest(), (), "open"),
         ("conflict marker from another pod", attempt(conflict="two node 0"), None, "uid-0b",
          ME0.digest(), (), "open"),
@@ -165,6 +169,55 @@ ME2 = decide.Me(2, "uid-2", data(2).digest(), 1)
 def test_follower_step(case, att, outcome, slot, published_in, expect):
     got = decide.follower_step(att, outcome, slot, ME2, published_in)
     assert isinstance(got, expect), (case, got)
+
+
+def test_evaluate_names_whose_own_failure_aborts():
+    failure = FailureDoc(run_id=RUN, attempt_id="a1", incarnation="u3", global_index=3,
+                         cause="device 2 has no usable RoCE IP")
+    got = decide.evaluate({0: member(0), 3: failure}, 4, 1, False)
+    assert isinstance(got, decide.Abort) and got.failed_by == "u3"
+    other = decide.evaluate({0: member(0), 1: member(1), 2: member(2, base=-1)}, 4, 1, False)
+    assert isinstance(other, decide.Abort) and other.failed_by is None  # the cluster's data
+
+
+OWN_FAILURE = FailureDoc(run_id=RUN, attempt_id="a1", incarnation="uid-2", global_index=2,
+                         cause="device 2 has no usable RoCE IP")
+
+
+@pytest.mark.parametrize(
+    ("case", "outcome", "slot", "expect", "kind"),
+    [
+        # The attempt is still open: this pod is its slot's only writer, so it replaces its
+        # own failure document with its member document (node 0 re-judges every poll).
+        ("open attempt: withdraw my failure", None, OWN_FAILURE, decide.Publish, None),
+        ("closed by my own failure", abort_outcome(
+            "worker 1 (node 2) failed: no IP", participants=("uid-0", "uid-2"),
+            failed_by="uid-2"), OWN_FAILURE, decide.WaitAttempt, "own-failure"),
+        ("closed by my own failure, my slot already withdrawn", abort_outcome(
+            participants=("uid-2",), failed_by="uid-2"), member(2), decide.WaitAttempt,
+         "own-failure"),
+        ("closed by a peer's failure: the verdict stands", abort_outcome(
+            participants=("uid-0", "uid-2"), failed_by="uid-3"), member(2), decide.Fail, None),
+        ("closed by another pod that held my index", abort_outcome(
+            participants=("old-2",), failed_by="old-2"), None, decide.WaitAttempt,
+         "stale-abort"),
+    ],
+)
+def test_restart_after_a_local_failure(case, outcome, slot, expect, kind):
+    got = decide.follower_step(attempt(), outcome, slot, ME2, None)
+    assert isinstance(got, expect), (case, got)
+    if kind is not None:
+        assert got.kind == kind, case  # type: ignore[union-attr]
+
+
+def test_own_failure_wait_says_why():
+    got = decide.follower_step(
+        attempt(), abort_outcome("worker 1 (node 2) failed: no IP", failed_by="uid-2"),
+        OWN_FAILURE, ME2, None)
+    assert isinstance(got, decide.WaitAttempt)
+    assert got.reason == ("attempt a1 was aborted by this pod's own earlier failure (worker 1 "
+                          "(node 2) failed: no IP); this restart got past it and waits for "
+                          "node 0 to open a new attempt")
 
 
 def test_stale_kinds_are_distinguished():

@@ -30,7 +30,7 @@ from ascend_node.devices import (
     parse_tls_switch,
     query_ips,
 )
-from ascend_node.errors import AscendNodeError, ConfigError, DeviceError, ToolError
+from ascend_node.errors import AscendNodeError, ConfigError, DeviceError, ToolError, UsageError
 from ascend_node.tools import ToolResult, run_tool
 
 Captures = Callable[[str], "dict[str, str]"]
@@ -182,10 +182,14 @@ def test_parse_device_list_accepts_real_forms(spec: str, expected: tuple[int, ..
     ],
 )
 def test_parse_device_list_rejects_with_the_value(spec: str, cause: str) -> None:
-    with pytest.raises(ConfigError) as err:
+    with pytest.raises(UsageError) as err:  # from the flag: a usage error (2)
         parse_device_list(spec)
     assert err.value.cause == cause
-    assert err.value.exit_code == 1
+    assert err.value.exit_code == 2
+    with pytest.raises(ConfigError) as env_err:  # from the environment: configuration (1)
+        parse_device_list(spec, "ASCEND_VISIBLE_DEVICES")
+    assert env_err.value.cause == cause.replace("--devices", "ASCEND_VISIBLE_DEVICES", 1)
+    assert env_err.value.exit_code == 1
 
 
 # ------------------------------------------------------------------ validation
@@ -199,25 +203,25 @@ def dev(dev_id: int, ip: str, source: str = "hccn_tool") -> Device:
     ("devices", "raw", "cause"),
     [
         ([dev(0, "10.0.0.1"), dev(2, "")], {2: ""},
-         "device 2 has no usable RoCE IP (no address): `hccn_tool -i 2 -ip -g` printed ''"),
+         "device 2 has no usable RoCE IP (no address): `hccn_tool -i 2 -ip -g` printed nothing"),
         ([dev(0, "-1")], {0: "ipaddr:-1\n"},
          "device 0 has no usable RoCE IP (failed-query sentinel '-1' from hccn_tool): "
-         "`hccn_tool -i 0 -ip -g` printed 'ipaddr:-1'"),
+         "`hccn_tool -i 0 -ip -g` printed \"ipaddr:-1\""),
         ([dev(1, "0.0.0.0")], {1: "ipaddr:0.0.0.0\nnetmask:0.0.0.0\n"},
          "device 1 has no usable RoCE IP (unspecified address '0.0.0.0' from hccn_tool): "
-         "`hccn_tool -i 1 -ip -g` printed 'ipaddr:0.0.0.0\\\\nnetmask:0.0.0.0'"),
+         "`hccn_tool -i 1 -ip -g` printed \"ipaddr:0.0.0.0 | netmask:0.0.0.0\""),
         ([dev(3, "169.254.3.3")], {3: "ipaddr:169.254.3.3\n"},
          "device 3 has no usable RoCE IP (link-local address '169.254.3.3' from hccn_tool): "
-         "`hccn_tool -i 3 -ip -g` printed 'ipaddr:169.254.3.3'"),
+         "`hccn_tool -i 3 -ip -g` printed \"ipaddr:169.254.3.3\""),
         ([dev(4, "fe80::4", "/etc/hccn.conf")], {4: ""},
          "device 4 has no usable RoCE IP (link-local address 'fe80::4' from /etc/hccn.conf): "
-         "`hccn_tool -i 4 -ip -g` printed ''"),
+         "`hccn_tool -i 4 -ip -g` printed nothing"),
         ([dev(5, "127.0.0.1")], {5: "ipaddr:127.0.0.1\n"},
          "device 5 has no usable RoCE IP (loopback address '127.0.0.1' from hccn_tool): "
-         "`hccn_tool -i 5 -ip -g` printed 'ipaddr:127.0.0.1'"),
+         "`hccn_tool -i 5 -ip -g` printed \"ipaddr:127.0.0.1\""),
         ([dev(6, "10.0.0.300")], {6: "ipaddr:10.0.0.300\n"},
          "device 6 has no usable RoCE IP (not an IPv4/IPv6 address '10.0.0.300' from "
-         "hccn_tool): `hccn_tool -i 6 -ip -g` printed 'ipaddr:10.0.0.300'"),
+         "hccn_tool): `hccn_tool -i 6 -ip -g` printed \"ipaddr:10.0.0.300\""),
         ([dev(0, "10.0.0.1"), dev(1, "10.0.0.1", "/etc/hccn.conf")], {},
          "devices 0 and 1 share the IP 10.0.0.1 (hccn_tool, /etc/hccn.conf)"),
         ([dev(0, "2001:db8::1"), dev(1, "2001:0db8:0::1")], {},
@@ -282,7 +286,8 @@ def test_enumerate_without_any_npu_says_what_it_tried(tmp_path: Path, fp: Any) -
     with pytest.raises(DeviceError) as err:
         enumerate_devices(None, {}, NPU_SMI, 1.0, dev_dir=str(tmp_path))
     assert err.value.cause == (
-        f"no NPU visible: `{NPU_SMI} info -m` listed no chips (exit 255: 'dcmi init failed')")
+        f"no NPU visible: `{NPU_SMI} info -m` listed no chips "
+        '(exit 255, printed "dcmi init failed")')
 
 
 def test_enumerate_when_npu_smi_is_missing(tmp_path: Path) -> None:
@@ -340,7 +345,7 @@ def test_query_ips_device_without_ip_anywhere_is_rejected_by_check(
     with pytest.raises(DeviceError) as err:
         check_device_ips(devices, raw)
     assert err.value.cause == (
-        "device 2 has no usable RoCE IP (no address): `hccn_tool -i 2 -ip -g` printed ''")
+        "device 2 has no usable RoCE IP (no address): `hccn_tool -i 2 -ip -g` printed nothing")
 
 
 def test_query_ips_tool_failure_falls_back_or_names_the_command(tmp_path: Path) -> None:
@@ -459,7 +464,7 @@ NEAR_VALID = st.lists(st.sampled_from([*"0123456789,- ", "Ascend910-", "B"])).ma
 def test_parse_device_list_returns_ids_or_config_error(spec: str) -> None:
     try:
         ids = parse_device_list(spec)
-    except ConfigError as exc:
+    except UsageError as exc:
         assert exc.cause.startswith(f"--devices={spec!r}")
         return
     assert ids

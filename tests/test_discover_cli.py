@@ -155,8 +155,8 @@ def test_discover_falls_back_to_the_default_route_and_fallback_incarnation(
 ) -> None:
     for key in ("K8S_POD_IP", "K8S_HOST_IP", "POD_UID"):
         monkeypatch.delenv(key)
-    monkeypatch.setattr("ascend_node.bootstrap.default_route_ip", lambda: "10.244.1.9")
-    monkeypatch.setattr("ascend_node.bootstrap.sandbox_facts",
+    monkeypatch.setattr("ascend_node.hostinfo.default_route_ip", lambda: "10.244.1.9")
+    monkeypatch.setattr("ascend_node.hostinfo.sandbox_facts",
                         lambda: ("job-worker-1", "boot-a", "net:[4026532281]"))
     fake_ips(fp, hccn_capture("a2-worker-npu_info.txt"), range(1))
     result = run("--json", "--devices", "0")
@@ -194,8 +194,6 @@ def error_text(cause: str, hint: str) -> str:
         ({"ASCEND_NODE_TOOL_TIMEOUT": "-3"}, [],
          "ASCEND_NODE_TOOL_TIMEOUT='-3' is invalid: Input should be greater than 0",
          "fix or unset ASCEND_NODE_TOOL_TIMEOUT"),
-        ({}, ["--devices", "0-99"], "--devices='0-99': device id 64 is above 63",
-         "physical device ids run from 0 to 63"),
         ({"ASCEND_VISIBLE_DEVICES": "npu0"}, [],
          "ASCEND_VISIBLE_DEVICES='npu0': 'npu0' is not a device id, range or AscendXXX-N name",
          "use e.g. 0-7, 0,1,2,3 or Ascend910-0,Ascend910-1"),
@@ -214,6 +212,13 @@ def test_discover_bad_environment_exits_1_naming_the_value(
     assert (result.exit_code, result.stdout, result.stderr) == (1, "", error_text(cause, hint))
 
 
+def test_discover_bad_devices_flag_is_a_usage_error(node_env: dict[str, str], fp: Any) -> None:
+    result = run("--json", "--devices", "0-99")
+    assert (result.exit_code, result.stdout, result.stderr) == (
+        2, "", error_text("--devices='0-99': device id 64 is above 63",
+                          "physical device ids run from 0 to 63"))
+
+
 def test_discover_device_without_ip_exits_1_quoting_the_tool(
     node_env: dict[str, str], fp: Any, hccn_capture: Captures,
 ) -> None:
@@ -221,7 +226,7 @@ def test_discover_device_without_ip_exits_1_quoting_the_tool(
     result = run("--devices", "0-2")
     assert (result.exit_code, result.stdout) == (1, "")
     assert result.stderr == error_text(
-        "device 2 has no usable RoCE IP (no address): `hccn_tool -i 2 -ip -g` printed ''",
+        "device 2 has no usable RoCE IP (no address): `hccn_tool -i 2 -ip -g` printed nothing",
         "set it with `hccn_tool -i 2 -ip -s address <ip> netmask <mask>` "
         "or add address_2= to /etc/hccn.conf")
 
@@ -235,7 +240,7 @@ def test_discover_device_without_ip_exits_1_quoting_the_tool(
          "devices mix IPv4 and IPv6 addresses (0=10.0.0.1, 1=2001:db8::1)"),
         ({0: "ipaddr:10.0.0.1\n", 1: "ipaddr:-1\n"},
          "device 1 has no usable RoCE IP (failed-query sentinel '-1' from hccn_tool): "
-         "`hccn_tool -i 1 -ip -g` printed 'ipaddr:-1'"),
+         '`hccn_tool -i 1 -ip -g` printed "ipaddr:-1"'),
     ],
 )
 def test_discover_invalid_device_ips_exit_1(

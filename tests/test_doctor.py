@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from ascend_node import doctor as d
 from ascend_node.devices import DeviceIds, parse_device_list
-from ascend_node.errors import ConfigError, ToolError
+from ascend_node.errors import ConfigError, ToolError, UsageError
 from ascend_node.outputs import StatusDoc, write_status
 from ascend_node.ranktable import DeviceEntry, ServerEntry, build_rank_table, render_rank_table
 from ascend_node.rendezvous.models import AttemptDoc, OutcomeDoc
@@ -48,7 +48,7 @@ def replace(states: list[d.DeviceState], index: int, **changes: Any) -> list[d.D
 
 
 def non_ok(results: list[d.CheckResult]) -> dict[str, str]:
-    return {r.id: r.status for r in results if r.status != "ok"}
+    return {r.id: r.status for r in results if r.status in ("warn", "fail")}
 
 
 # --------------------------------------------------------------------------- report
@@ -59,6 +59,8 @@ def non_ok(results: list[d.CheckResult]) -> dict[str, str]:
     (["ok", "warn"], 3, "degraded"),
     (["warn", "fail", "ok"], 1, "failed"),
     ([], 0, "healthy"),
+    (["ok", "skip", "skip"], 0, "healthy"),
+    (["skip", "warn"], 3, "degraded"),
 ])
 def test_exit_code_is_the_worst_check(statuses: list[str], code: int, state: str) -> None:
     checks = tuple(d.CheckResult(f"c.{i}", s, "m") for i, s in enumerate(statuses))  # type: ignore[arg-type]
@@ -67,7 +69,7 @@ def test_exit_code_is_the_worst_check(statuses: list[str], code: int, state: str
     doc = report.to_json()
     assert doc["status"] == state and doc["exit_code"] == code
     assert "schema_version" not in doc  # the CLI adds it
-    assert doc["counts"] == {s: statuses.count(s) for s in ("ok", "warn", "fail")}
+    assert doc["counts"] == {s: statuses.count(s) for s in ("ok", "skip", "warn", "fail")}
 
 
 def test_text_has_one_line_per_check_with_cause_and_fix() -> None:
@@ -79,7 +81,48 @@ def test_text_has_one_line_per_check_with_cause_and_fix() -> None:
     assert lines[2].startswith("fail  device.link   device 3: link status DOWN")
     assert "fix: check the cable, optical module and switch port of device 3" in lines[3]
     assert "`hccn_tool -i 3 -link_stat -g`" in lines[3]
-    assert lines[-1] == "failed: 1 fail, 0 warn, 1 ok (exit 1)"
+    assert lines[-1] == "failed: 1 fail, 0 warn, 1 ok, 0 skipped (exit 1)"
+
+
+def test_checks_with_nothing_to_judge_skip_and_say_why() -> None:
+    """No NPUs (a CPU-only machine): the device checks ran on nothing, which is not ok."""
+    checks = [d.check_ips([]), d.check_unique_ips([]), d.check_ip_family([]),
+              d.check_link([]), d.check_health([]), d.check_tls([]),
+              d.check_hccn_conf([], {0: {"address": "10.20.1.10"}}, "", Path("/etc/hccn.conf"))]
+    assert {c.id: (c.status, c.message) for c in checks} == {
+        cid: ("skip", "no devices to check (see device.visible)")
+        for cid in ("device.ip", "device.unique_ip", "device.ip_family", "device.link",
+                    "device.net_health", "device.tls", "device.hccn_conf")}
+    report = d.DoctorReport("n", (d.ok("node.identity", "fine"), *checks))
+    assert report.exit_code == 0 and report.problems == {}
+    assert report.to_json()["counts"] == {"ok": 1, "skip": 7, "warn": 0, "fail": 0}
+    lines = report.format_text().splitlines()
+    assert lines[2].split()[:2] == ["skip", "device.ip"]
+    assert lines[-1] == "healthy: 0 fail, 0 warn, 1 ok, 7 skipped (exit 0)"
+
+
+def test_address_checks_skip_when_no_device_has_a_usable_address() -> None:
+    states = [dataclasses.replace(s, ip="", netmask="") for s in healthy(2)]
+    assert d.check_ips(states).status == "fail"  # the one check that judges the absence
+    for check in (d.check_unique_ips, d.check_ip_family):
+        result = check(states)
+        assert (result.status, result.message) == (
+            "skip", "no usable device address to compare (see device.ip)")
+
+
+def test_peer_comparisons_skip_without_peers() -> None:
+    mine = facts(0)
+    for check in (d.check_peer_versions, d.check_peer_duplicates, d.check_peer_family,
+                  d.check_peer_netmask, d.check_peer_subnet, d.check_peer_tls):
+        result = check([mine])
+        assert (result.status, result.message) == (
+            "skip", "no peer published facts to compare with (see peers.present)"), result
+    assert d.check_peer_devices([mine], False).status == "skip"
+    assert d.check_peers_present({}, 1, 1.0, 0.0).status == "skip"
+    none = d.check_ping([], 0, 0, 1)
+    assert (none.status, none.message) == ("skip", "no device pairs to ping (no peer devices)")
+    skipped = d.check_ping([], 3, 0, 1)
+    assert skipped.status == "skip" and "3 pairs skipped" in skipped.message
 
 
 def test_several_findings_are_listed_each_on_its_own_line() -> None:
@@ -99,7 +142,7 @@ def test_id_list_reads_back_as_the_same_ids(ids: list[int]) -> None:
 
 @pytest.mark.parametrize("fault, expected", [
     (lambda s: s, {}),
-    (lambda s: replace(s, 2, ip="", errors={"ip": "`hccn_tool -i 2 -ip -g` printed ''"}),
+    (lambda s: replace(s, 2, ip="", errors={"ip": "`hccn_tool -i 2 -ip -g` printed nothing"}),
      {"device.ip": "fail"}),
     (lambda s: replace(s, 2, ip="-1"), {"device.ip": "fail"}),
     (lambda s: replace(s, 2, ip="169.254.0.9"), {"device.ip": "fail"}),
@@ -126,10 +169,10 @@ def test_each_device_fault_trips_only_its_check(
 
 def test_no_ip_names_the_device_the_tool_output_and_the_conf_value() -> None:
     states = replace(healthy(), 2, ip="", conf_ip="10.9.9.9",
-                     errors={"ip": "`hccn_tool -i 2 -ip -g` printed '' (exit 0)"})
+                     errors={"ip": "`hccn_tool -i 2 -ip -g` printed nothing (exit 0)"})
     result = d.check_ips(states)
     assert result.message == (
-        "device 2 has no RoCE IP: `hccn_tool -i 2 -ip -g` printed '' (exit 0); "
+        "device 2 has no RoCE IP: `hccn_tool -i 2 -ip -g` printed nothing (exit 0); "
         "/etc/hccn.conf says address_2=10.9.9.9 (HCCL compares the table with the NIC's own "
         "address, EI0014)")
     assert "address_2=/netmask_2= in /etc/hccn.conf" in result.remedy
@@ -142,7 +185,7 @@ def test_tls_remedy_is_the_sourced_command() -> None:
 
 
 @pytest.mark.parametrize("conf, expected", [
-    (None, "ok"),
+    (None, "skip"),
     ({0: {"address": "10.20.1.10", "netmask": "255.255.255.0"}}, "ok"),
     ({0: {"address": "10.20.1.99"}}, "warn"),
     ({1: {"address": "10.20.1.11", "netmask": "255.255.0.0"}}, "warn"),
@@ -193,7 +236,7 @@ def test_device_states_from_the_fake_tool_and_a_real_capture(
     one = states[1]
     assert (one.ip, one.conf_ip, one.link, one.health, one.tls) == (
         "", "10.0.0.2", "DOWN", "Socket failed", 1)
-    assert one.errors["ip"].startswith(f"`{hccn} -i 1 -ip -g` printed ''")
+    assert one.errors["ip"].startswith(f"`{hccn} -i 1 -ip -g` printed nothing")
 
 
 def test_a_failing_tool_call_is_reported_for_its_device_only() -> None:
@@ -224,15 +267,15 @@ def make_table(pod_ips: list[str], devs: int = 4) -> str:
 
 def table_checks(path: Optional[Path], pod_ip: str, states: list[d.DeviceState],
                  paths: Optional[RunPaths] = None, environ: Optional[dict[str, str]] = None,
-                 ) -> dict[str, str]:
+                 target: str = "mindie") -> dict[str, str]:
     env = environ if environ is not None else (
         {"RANK_TABLE_FILE": str(path)} if path is not None else {})
     where = d.table_in_use(env, Path("/nonexistent-state"))
-    problems = d.validate_file(where.path, "hccl", os.getuid()) if where.path else []
+    problems = d.validate_file(where.path, target, os.getuid()) if where.path else []
     data = where.path.read_bytes() if where.path and where.path.is_file() else None
     table = json.loads(data) if data else None
     results = [d.check_table_file(where, problems),
-               d.check_table_content(where, problems, "hccl", data is not None),
+               d.check_table_content(where, problems, target, data is not None),
                d.check_table_member(table, pod_ip, states),
                d.check_table_stale(where, data, d.read_run_state(paths),
                                    paths.shared_table if paths else None)]
@@ -269,9 +312,16 @@ def test_mode_above_0640_fails_only_the_file_check(table_file: Path, mode: int) 
     table_file.chmod(mode)
     assert table_checks(table_file, "10.200.0.10", node0()) == {"ranktable.file": "fail"}
     where = d.table_in_use({"RANK_TABLE_FILE": str(table_file)}, Path("/x"))
-    result = d.check_table_file(where, d.validate_file(table_file, "hccl", os.getuid()))
+    result = d.check_table_file(where, d.validate_file(table_file, "mindie", os.getuid()))
     assert f"has mode {mode:04o}" in result.message
     assert result.remedy.startswith(f"chmod 640 {table_file}")
+
+
+def test_for_hccl_a_0644_table_passes_the_file_check(table_file: Path) -> None:
+    """Training (no multi-node MindIE config): HCCL reads the table; MindIE's 0640 rule
+    is not HCCL's, so MindCluster's 0644 hccl.json is fine."""
+    table_file.chmod(0o644)
+    assert table_checks(table_file, "10.200.0.10", node0(), target="hccl") == {}
 
 
 def test_symlink_fails_the_file_check_and_the_content_is_still_judged(table_file: Path) -> None:
@@ -391,7 +441,8 @@ def mindie_checks(m: d.MindieState, servers: Optional[int], nodes: Optional[int]
 def test_no_mindie_config_is_not_a_mindie_container(tmp_path: Path) -> None:
     m = d.read_mindie_state({"MIES_INSTALL_PATH": str(tmp_path)})
     assert mindie_checks(m, 2, 2, True, 8) == {}
-    assert d.check_mindie_config(m, 0).message.startswith("no MindIE config at ")
+    result = d.check_mindie_config(m, 0)
+    assert result.status == "skip" and result.message.startswith("no MindIE config at ")
 
 
 def test_explicit_mindie_config_that_is_missing_fails(tmp_path: Path) -> None:
@@ -663,7 +714,7 @@ def test_ping_verdicts() -> None:
     timeout = d.check_ping([(pair, ToolError("`x` did not finish within 10 s"))], 0, 0, 1)
     assert timeout.status == "warn"
     assert d.check_ping([], 2, 5, 1).message == (
-        "0 pairs answer (2 pairs skipped (a device without IP or link; see its check); "
+        "no device pairs to ping (2 pairs skipped (a device without IP or link; see its check); "
         "5 more pairs not sampled)")
 
 
@@ -807,7 +858,7 @@ def test_peers_without_a_shared_dir_is_unusable(node_env: dict[str, str], tmp_pa
 
 
 def test_bad_devices_setting_is_unusable(node_env: dict[str, str], tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="'7-2'"):
+    with pytest.raises(UsageError, match="'7-2'"):  # given as the flag
         doctor(node_env, tmp_path, devices="7-2")
 
 
@@ -829,4 +880,6 @@ def test_one_node_with_peers_publishes_its_facts_and_has_no_one_to_compare(
     published = json.loads(path.read_text())
     assert published["schema_version"] == 1 and published["kind"] == "doctor_facts"
     assert [x["ip"] for x in published["devices"]] == [f"10.20.1.{i}" for i in range(4)]
-    assert report.check("peers.ping").message == "0 pairs answer"
+    ping = report.check("peers.ping")
+    assert (ping.status, ping.message) == ("skip", "no device pairs to ping (no peer devices)")
+    assert report.check("peers.present").status == "skip"

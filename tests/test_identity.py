@@ -1,6 +1,6 @@
 """Contract of ascend_node.identity: Volcano environment -> who this node is, or exit 1.
 
-Every rejection names the variable and the value at fault (DESIGN step 1).
+Every rejection names the variable and the value at fault (docs/design.md, "The chain", step 1).
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ascend_node.errors import ClusterInconsistent, ConfigError, PeerTimeout
+from ascend_node.errors import ClusterInconsistent, PeerTimeout, UsageError
 from ascend_node.manifest import (
     STARTUP_GRACE_S,
     ManifestParams,
@@ -332,14 +332,14 @@ def test_namespace_only_when_given() -> None:
     ],
 )
 def test_bad_values_are_named(overrides, bad) -> None:
-    with pytest.raises(ConfigError) as exc:
+    with pytest.raises(UsageError) as exc:
         params(**{"kind": "mindie", "nodes": 2, **overrides})
     assert bad in exc.value.cause
     assert exc.value.hint
 
 
 def test_training_needs_a_launcher() -> None:
-    with pytest.raises(ConfigError, match="no launcher command"):
+    with pytest.raises(UsageError, match="no launcher command"):
         ManifestParams(kind="training", name="t", nodes=2, **BASE)
 
 
@@ -357,7 +357,7 @@ def test_accepted_names_give_valid_pod_hostnames(name, nodes) -> None:
     """Whatever the validator accepts, Volcano's pod names are valid hostnames."""
     try:
         job = render_job(params("training", nodes, name=name))
-    except ConfigError:
+    except UsageError:
         return
     for task in job["spec"]["tasks"]:
         longest = f"{name}-{task['name']}-{task['replicas'] - 1}"
@@ -448,7 +448,7 @@ def test_a3_variant_is_valid_and_asks_for_whole_super_pod_nodes(validator, nodes
 
 
 def test_a3_variant_refuses_a_partial_node() -> None:
-    with pytest.raises(ConfigError, match=r"--a3 with npus_per_node=4"):
+    with pytest.raises(UsageError, match=r"--a3 with npus_per_node=4"):
         params("mindie", 2, npus_per_node=4, a3=True)
 
 

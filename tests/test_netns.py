@@ -159,7 +159,7 @@ def test_each_pod_reports_its_own_default_route_address(tmp_path: Path, netns: N
         assert out["env"]["MIES_CONTAINER_IP"] == address
         table = json.loads(table_of(result))
         assert table["server_list"][result.index]["container_ip"] == address
-        # K8S_HOST_IP unset: server_id is the pod IP too (DESIGN step 1).
+        # K8S_HOST_IP unset: server_id is the pod IP too (docs/design.md, "The chain", step 1).
         assert table["server_list"][result.index]["server_id"] == address
 
 

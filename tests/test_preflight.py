@@ -266,7 +266,7 @@ def test_to_health_keeps_unknown_values_with_the_tools_words():
     from ascend_node.doctor.local import DeviceState
 
     states = [DeviceState(0, link="UP", health="Success", tls=0),
-              DeviceState(1, errors={"tls": "`hccn_tool -i 1 -tls -g` printed '' (exit 255)"})]
+              DeviceState(1, errors={"tls": "`hccn_tool -i 1 -tls -g` printed nothing (exit 255)"})]
     health = to_health(states, ["10.0.0.1", "10.0.0.2"])
     assert health.ip_family == 4
     assert health.devices[1].tls is None and "exit 255" in health.devices[1].unknown
@@ -296,19 +296,21 @@ def test_policy_from_the_environment_and_a_bad_value_named():
         resolve_settings({}, {"ASCEND_NODE_PREFLIGHT": "lax"})
     assert "ASCEND_NODE_PREFLIGHT='lax' is invalid: 'lax' is not one of strict, warn, off" \
         in err.value.cause
-    with pytest.raises(ConfigError) as err:
+    from ascend_node.errors import UsageError
+
+    with pytest.raises(UsageError) as err:
         resolve_settings({"preflight": "lax"}, {})
     assert "--preflight='lax' is invalid" in err.value.cause
     assert parse_policy("OFF") == "off"
 
 
-def test_the_flag_reaches_the_settings_and_a_bad_value_exits_1(monkeypatch):
+def test_the_flag_reaches_the_settings_and_a_bad_value_exits_2(monkeypatch):
     from ascend_node.cli import app
     from tests.cli_helpers import cli_runner
 
     monkeypatch.delenv("ASCEND_NODE_PREFLIGHT", raising=False)
     result = cli_runner().invoke(app, ["ranktable", "--preflight", "lax"])
-    assert result.exit_code == 1
+    assert result.exit_code == 2  # a bad value on the command line is a usage error
     assert "--preflight='lax' is invalid" in result.stderr
     helped = cli_runner().invoke(app, ["boot", "--help"])
     assert "--preflight" in helped.stdout and "ASCEND_NODE_PREFLIGHT" in helped.stdout

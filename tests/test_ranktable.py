@@ -449,6 +449,41 @@ def test_loose_modes_fail_naming_the_mode(tmp_path: Path, mode: int) -> None:
     ]
 
 
+MINDCLUSTER = Path(__file__).resolve().parent.parent / "fixtures" / "mindcluster"
+
+
+@pytest.mark.parametrize("name", ["hccl-2x8-completed.json", "hccl-a3-2x16-v1.2.json"])
+def test_mindclusters_own_0644_hccl_json_is_valid_for_hccl(tmp_path: Path, name: str) -> None:
+    """MindCluster writes hccl.json 0644 and HCCL reads it: 0640 is MindIE's rule alone."""
+    path = write(tmp_path / "hccl.json", (MINDCLUSTER / name).read_text(), 0o644)
+    assert validate_file(path, "hccl") == []
+    assert file_messages(validate_file(path, "mindie")) == [
+        f"{path} has mode 0644: MindIE requires 0640 or stricter"]
+
+
+def test_mindie_file_rules_are_not_applied_for_hccl(tmp_path: Path) -> None:
+    """Symlink (a ConfigMap mount), special characters and long paths are MindIE's and
+    atb_llm's refusals, not HCCL's."""
+    real = write(tmp_path / "rank table.json", good_text(), 0o666)
+    link = tmp_path / "link.json"
+    link.symlink_to(real)
+    long_path = str(tmp_path) + "/." * 130 + "/link.json"
+    for path in (real, link, long_path):
+        assert validate_file(path, "hccl") == [], path
+        assert file_messages(validate_file(path, "mindie")), path
+
+
+def test_for_hccl_a_missing_empty_or_foreign_owned_file_is_still_a_problem(
+        tmp_path: Path) -> None:
+    [missing] = validate_file(tmp_path / "absent.json", "hccl")
+    assert missing.path == "file" and "cannot be read" in missing.message
+    [empty] = validate_file(write(tmp_path / "e.json", ""), "hccl")
+    assert empty == Problem("file", f"{tmp_path / 'e.json'} is empty")
+    path = write(tmp_path / "t.json", good_text(), 0o644)
+    [owner] = file_messages(validate_file(path, "hccl", check_owner_uid=os.getuid() + 1))
+    assert "owned by uid" in owner  # asked for explicitly (--owner-uid)
+
+
 def test_foreign_owner_fails(tmp_path: Path) -> None:
     path = write(tmp_path / "t.json", good_text())
     other = os.getuid() + 1

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ascend_node.errors import ConfigError
+from ascend_node.errors import AscendNodeError, ConfigError, UsageError
 from ascend_node.settings import OPTIONS, Settings, describe_sources, resolve_settings
 
 
@@ -137,10 +137,13 @@ def test_false_bool_flag_means_not_given() -> None:
 def test_bad_values_name_the_setting_and_value(
     flags: dict[str, Any], environ: dict[str, str], cause: str, hint: Any
 ) -> None:
-    with pytest.raises(ConfigError) as err:
+    with pytest.raises(AscendNodeError) as err:
         resolve_settings(flags, environ)
     assert err.value.cause == cause
-    assert err.value.exit_code == 1
+    # A value written on the command line is a usage error, one from the environment a
+    # configuration error.
+    assert err.value.exit_code == (2 if flags else 1)
+    assert isinstance(err.value, UsageError if flags else ConfigError)
     if hint is not None:
         assert err.value.hint == hint
 

@@ -97,6 +97,7 @@ from ascend_node.doctor.report import (
     Status,
     id_list,
     ok,
+    skip,
     verdict,
 )
 from ascend_node.doctor.runner import _server_pid as _server_pid
@@ -177,6 +178,7 @@ __all__ = [
     "read_run_state",
     "run_doctor",
     "run_pings",
+    "skip",
     "table_in_use",
     "verdict",
 ]

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from ascend_node import devices as dev
-from ascend_node.doctor.report import CheckResult, Finding, id_list, ok, verdict
+from ascend_node.doctor.report import CheckResult, Finding, id_list, skip, verdict
 from ascend_node.hccn import HEALTHY_NET as HEALTHY_NET
 from ascend_node.hccn import DeviceState as DeviceState
 from ascend_node.hccn import printed as printed
@@ -22,6 +22,8 @@ from ascend_node.netcheck import family, parse_ip, unusable_reason
 
 TLS_FIX = ("set one value on every card of every node, e.g. `hccn_tool -i <id> -tls -s "
            "enable 0` for each device (MindIE's FAQ); HCCL refuses mixed TLS switches (EI0016)")
+NO_DEVICES = "no devices to check (see device.visible)"
+NO_ADDRESSES = "no usable device address to compare (see device.ip)"
 IP_FIX = ("give the device a RoCE address on the host (hccn_tool's IP setting, or "
           "address_{i}=/netmask_{i}= in /etc/hccn.conf applied by the driver)")
 
@@ -79,6 +81,8 @@ def check_visible(
 
 def check_ips(states: Sequence[DeviceState]) -> CheckResult:
     """`device.ip`: every device has a usable RoCE address and a netmask."""
+    if not states:
+        return skip("device.ip", NO_DEVICES)
     findings = []
     for s in states:
         i = s.device_id
@@ -114,6 +118,8 @@ def _cidr(s: DeviceState) -> str:
 
 def check_unique_ips(states: Sequence[DeviceState]) -> CheckResult:
     """`device.unique_ip`: no two local devices share an address (compared as addresses)."""
+    if not states:
+        return skip("device.unique_ip", NO_DEVICES)
     seen: dict[Any, int] = {}
     findings = []
     for s in states:
@@ -126,6 +132,8 @@ def check_unique_ips(states: Sequence[DeviceState]) -> CheckResult:
                 "every NPU needs its own RoCE IP; fix the addresses on the host"))
         else:
             seen[addr] = s.device_id
+    if not seen:
+        return skip("device.unique_ip", NO_ADDRESSES)
     return verdict("device.unique_ip", findings, f"{len(seen)} distinct device IPs")
 
 
@@ -140,11 +148,15 @@ def check_ip_family(states: Sequence[DeviceState]) -> CheckResult:
             f"IPv{f} on {id_list(d)}" for f, d in sorted(fams.items()))
         return CheckResult("device.ip_family", "fail", cause,
                            "give every device an address of one family (HCCL EI0001)")
-    return ok("device.ip_family", f"IPv{next(iter(fams))}" if fams else "no addresses")
+    if not fams:
+        return skip("device.ip_family", NO_DEVICES if not states else NO_ADDRESSES)
+    return CheckResult("device.ip_family", "ok", f"IPv{next(iter(fams))}")
 
 
 def check_link(states: Sequence[DeviceState]) -> CheckResult:
     """`device.link`: `hccn_tool -i N -link -g` says UP for every device."""
+    if not states:
+        return skip("device.link", NO_DEVICES)
     findings = []
     for s in states:
         i = s.device_id
@@ -161,6 +173,8 @@ def check_link(states: Sequence[DeviceState]) -> CheckResult:
 
 def check_health(states: Sequence[DeviceState]) -> CheckResult:
     """`device.net_health`: Success (or Init, which MindCluster also treats as healthy)."""
+    if not states:
+        return skip("device.net_health", NO_DEVICES)
     findings = []
     for s in states:
         i = s.device_id
@@ -178,6 +192,8 @@ def check_health(states: Sequence[DeviceState]) -> CheckResult:
 
 def check_tls(states: Sequence[DeviceState]) -> CheckResult:
     """`device.tls`: one TLS switch value on every local device."""
+    if not states:
+        return skip("device.tls", NO_DEVICES)
     findings = []
     by_value: dict[int, list[int]] = {}
     for s in states:
@@ -204,7 +220,9 @@ def check_hccn_conf(
     script that reads the file (hccl_tools, HIXL) would build a wrong table from it.
     """
     if conf is None:
-        return ok("device.hccn_conf", f"not checked: {note}")
+        return skip("device.hccn_conf", f"not checked: {note}")
+    if not states:
+        return skip("device.hccn_conf", NO_DEVICES)
     findings = []
     for s in states:
         i = s.device_id

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from ascend_node.doctor.report import CheckResult, Finding, ok, verdict
+from ascend_node.doctor.report import CheckResult, Finding, ok, skip, verdict
 from ascend_node.errors import ConfigError
 
 
@@ -55,7 +55,7 @@ def check_mindie_config(m: MindieState, owner_uid: int) -> CheckResult:
         if m.explicit:
             return CheckResult(cid, "fail", f"MIES_CONFIG_JSON_PATH={m.path} does not exist",
                                "point MIES_CONFIG_JSON_PATH at MindIE's config.json")
-        return ok(cid, f"no MindIE config at {m.path} (not a MindIE container)")
+        return skip(cid, f"no MindIE config at {m.path} (not a MindIE container)")
     if m.config is None:
         return CheckResult(cid, "fail", f"{m.path}: {m.error}",
                            "fix the file or restore MindIE's default config.json")
@@ -86,7 +86,7 @@ def check_mindie_multinode(
     (MindIE decides multi-node from that flag alone)."""
     cid = "mindie.multinode"
     if m.config is None:
-        return ok(cid, "no MindIE config")
+        return skip(cid, "no MindIE config")
     enabled = backend_config(m.config).get("multiNodesInferEnabled")
     count = server_count if server_count is not None else node_count
     where = "the rank table's server_count" if server_count is not None else "the job's nodes"
@@ -111,7 +111,7 @@ def check_mindie_devices(m: MindieState, local_count: int) -> CheckResult:
     local device count (MindIE checks them at parse time even in multi-node mode)."""
     cid = "mindie.devices"
     if m.config is None:
-        return ok(cid, "no MindIE config")
+        return skip(cid, "no MindIE config")
     backend = backend_config(m.config)
     ids = backend.get("npuDeviceIds")
     deploy = backend.get("ModelDeployConfig")

@@ -13,16 +13,25 @@ from typing import Any
 
 from ascend_node.doctor.facts import DoctorFacts, PeerRead, usable
 from ascend_node.doctor.local import TLS_FIX
-from ascend_node.doctor.report import CheckResult, Finding, id_list, ok, verdict
+from ascend_node.doctor.report import CheckResult, Finding, id_list, ok, skip, verdict
 from ascend_node.identity import node_name
 from ascend_node.netcheck import family, parse_ip
 from ascend_node.rendezvous.store import Invalid, Missing
+
+NO_PEERS = "no peer published facts to compare with (see peers.present)"
+
+
+def _alone(check_id: str, facts: Sequence[DoctorFacts]) -> CheckResult | None:
+    """A skip when only this node's facts are at hand: a comparison needs two."""
+    return skip(check_id, NO_PEERS) if len(facts) < 2 else None
 
 
 def check_peers_present(
     reads: Mapping[int, PeerRead], master_count: int, wait: float, fresh_after: float,
 ) -> CheckResult:
     """`peers.present`: every peer published facts (i.e. runs doctor too), fresh ones."""
+    if not reads:
+        return skip("peers.present", "no peers: a one-node job")
     findings = []
     for i, r in sorted(reads.items()):
         who = node_name(i, master_count)
@@ -45,6 +54,8 @@ def _nodes(values: Mapping[Any, list[str]]) -> str:
 
 def check_peer_devices(facts: Sequence[DoctorFacts], allow_uneven: bool) -> CheckResult:
     """`peers.devices`: the same number of NPUs on every node (MindIE needs it)."""
+    if (alone := _alone("peers.devices", facts)) is not None:
+        return alone
     counts: dict[int, list[str]] = {}
     for f in facts:
         counts.setdefault(len(f.devices), []).append(f"node {f.global_index}")
@@ -61,6 +72,8 @@ def check_peer_devices(facts: Sequence[DoctorFacts], allow_uneven: bool) -> Chec
 def check_peer_versions(facts: Sequence[DoctorFacts]) -> CheckResult:
     """`peers.version`: one agent version everywhere (documents are versioned, but a mixed
     rollout is the first suspect when nodes disagree)."""
+    if (alone := _alone("peers.version", facts)) is not None:
+        return alone
     versions: dict[str, list[str]] = {}
     for f in facts:
         versions.setdefault(f.agent_version, []).append(f"node {f.global_index}")
@@ -73,6 +86,8 @@ def check_peer_versions(facts: Sequence[DoctorFacts]) -> CheckResult:
 
 def check_peer_duplicates(facts: Sequence[DoctorFacts]) -> CheckResult:
     """`peers.duplicate_ip`: no device address on two nodes (HCCL needs unique device_ip)."""
+    if (alone := _alone("peers.duplicate_ip", facts)) is not None:
+        return alone
     owners: dict[Any, list[str]] = {}
     for f in facts:
         for d in f.devices:
@@ -90,6 +105,8 @@ def check_peer_duplicates(facts: Sequence[DoctorFacts]) -> CheckResult:
 
 def check_peer_family(facts: Sequence[DoctorFacts]) -> CheckResult:
     """`peers.ip_family`: one address family across the whole job (HCCL EI0001)."""
+    if (alone := _alone("peers.ip_family", facts)) is not None:
+        return alone
     fams: dict[int, list[str]] = {}
     for f in facts:
         for fam in sorted({family(d.ip) for d in f.devices if usable(d)}):
@@ -99,11 +116,15 @@ def check_peer_family(facts: Sequence[DoctorFacts]) -> CheckResult:
                            "nodes mix address families: " + _nodes(
                                {f"IPv{k}": v for k, v in sorted(fams.items())}),
                            "give every device of the job an address of one family (EI0001)")
-    return ok("peers.ip_family", f"IPv{next(iter(fams), '?')} on every node")
+    if not fams:
+        return skip("peers.ip_family", "no node reported a usable device address")
+    return ok("peers.ip_family", f"IPv{next(iter(fams))} on every node")
 
 
 def check_peer_netmask(facts: Sequence[DoctorFacts]) -> CheckResult:
     """`peers.netmask`: the same netmask for the same device slot on every node."""
+    if (alone := _alone("peers.netmask", facts)) is not None:
+        return alone
     findings = []
     slots: dict[tuple[int, int], dict[str, list[str]]] = {}
     for f in facts:
@@ -127,6 +148,8 @@ def check_peer_netmask(facts: Sequence[DoctorFacts]) -> CheckResult:
 def check_peer_subnet(facts: Sequence[DoctorFacts]) -> CheckResult:
     """`peers.subnet`: same-slot devices with equal netmasks are on one subnet; otherwise
     their RoCE traffic needs a gateway (a warning: routed planes exist)."""
+    if (alone := _alone("peers.subnet", facts)) is not None:
+        return alone
     findings = []
     slots: dict[tuple[int, str], dict[str, list[str]]] = {}
     for f in facts:
@@ -150,6 +173,8 @@ def check_peer_subnet(facts: Sequence[DoctorFacts]) -> CheckResult:
 
 def check_peer_tls(facts: Sequence[DoctorFacts]) -> CheckResult:
     """`peers.tls`: one TLS switch value across every device of every node (EI0016)."""
+    if (alone := _alone("peers.tls", facts)) is not None:
+        return alone
     values: dict[int, list[str]] = {}
     for f in facts:
         for v in sorted({d.tls for d in f.devices if d.tls is not None}):
@@ -157,4 +182,6 @@ def check_peer_tls(facts: Sequence[DoctorFacts]) -> CheckResult:
     if len(values) > 1:
         return CheckResult("peers.tls", "fail", f"TLS switch differs between nodes: "
                            f"{_nodes(values)}", TLS_FIX)
-    return ok("peers.tls", f"tls switch [{next(iter(values), '-')}] on every node")
+    if not values:
+        return skip("peers.tls", "no node reported a TLS switch (see device.tls)")
+    return ok("peers.tls", f"tls switch [{next(iter(values))}] on every node")

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from typing import Union
 
 from ascend_node.doctor.facts import DoctorFacts, usable
-from ascend_node.doctor.report import CheckResult, Finding, verdict
+from ascend_node.doctor.report import CheckResult, Finding, skip, verdict
 from ascend_node.errors import ToolError
 from ascend_node.hccn import PING_WORKERS as PING_WORKERS
 from ascend_node.hccn import PingPair as PingPair
@@ -85,4 +85,6 @@ def check_ping(results: Sequence[tuple[PingPair, Union[ToolResult, ToolError]]],
     if sampled_out:
         notes.append(f"{sampled_out} more pairs not sampled")
     tail = f" ({'; '.join(notes)})" if notes else ""
+    if not results:
+        return skip("peers.ping", f"no device pairs to ping{tail or ' (no peer devices)'}")
     return verdict("peers.ping", findings, f"{len(results)} pairs answer{tail}")

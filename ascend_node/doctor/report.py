@@ -3,6 +3,10 @@
 Every check returns a `CheckResult` built from `Finding`s, so the report can print one line
 per check with every cause and each remedy once, and map the worst status to the exit code
 the contract gives doctor (0 healthy, 3 degraded, 1 failed).
+
+A check that had nothing to judge (no devices, no rank table yet, no peers) says "skip" and
+why, instead of "ok": an empty list passing every rule is not health. A skip is not a
+problem either, so it leaves the exit code alone; the summary counts skips apart.
 """
 
 from __future__ import annotations
@@ -13,9 +17,10 @@ from typing import Any, Literal, Optional
 
 from ascend_node.devices import id_list as id_list
 
-Status = Literal["ok", "warn", "fail"]
-_SEVERITY: dict[str, int] = {"ok": 0, "warn": 1, "fail": 2}
-EXIT_CODES: dict[str, int] = {"ok": 0, "warn": 3, "fail": 1}
+Status = Literal["ok", "skip", "warn", "fail"]
+_SEVERITY: dict[str, int] = {"ok": 0, "skip": 0, "warn": 1, "fail": 2}
+EXIT_CODES: dict[str, int] = {"ok": 0, "skip": 0, "warn": 3, "fail": 1}
+COUNTED: tuple[Status, ...] = ("ok", "skip", "warn", "fail")
 
 
 @dataclass(frozen=True)
@@ -48,7 +53,7 @@ class CheckResult:
 
 def verdict(check_id: str, findings: Sequence[Finding], ok_message: str) -> CheckResult:
     """Fold findings into one result: worst status, every cause, each remedy once."""
-    bad = [f for f in findings if f.status != "ok"]
+    bad = [f for f in findings if f.status in ("warn", "fail")]
     if not bad:
         return CheckResult(check_id, "ok", ok_message)
     status: Status = max((f.status for f in bad), key=lambda s: _SEVERITY[s])
@@ -62,6 +67,11 @@ def verdict(check_id: str, findings: Sequence[Finding], ok_message: str) -> Chec
 
 def ok(check_id: str, message: str) -> CheckResult:
     return CheckResult(check_id, "ok", message)
+
+
+def skip(check_id: str, why: str) -> CheckResult:
+    """A check with nothing to judge; `why` says what was missing (and where to look)."""
+    return CheckResult(check_id, "skip", why)
 
 
 @dataclass(frozen=True)
@@ -86,10 +96,10 @@ class DoctorReport:
 
     @property
     def problems(self) -> dict[str, Status]:
-        return {c.id: c.status for c in self.checks if c.status != "ok"}
+        return {c.id: c.status for c in self.checks if c.status in ("warn", "fail")}
 
     def to_json(self) -> dict[str, Any]:
-        counts = {s: sum(c.status == s for c in self.checks) for s in ("ok", "warn", "fail")}
+        counts = {s: sum(c.status == s for c in self.checks) for s in COUNTED}
         state = {"ok": "healthy", "warn": "degraded", "fail": "failed"}[self.status]
         return {"node": self.node, "status": state, "exit_code": self.exit_code,
                 "counts": counts, "checks": [c.to_json() for c in self.checks],
@@ -110,5 +120,5 @@ class DoctorReport:
         counts = self.to_json()["counts"]
         state = {"ok": "healthy", "warn": "degraded", "fail": "failed"}[self.status]
         lines.append(f"{state}: {counts['fail']} fail, {counts['warn']} warn, "
-                     f"{counts['ok']} ok (exit {self.exit_code})")
+                     f"{counts['ok']} ok, {counts['skip']} skipped (exit {self.exit_code})")
         return "\n".join(lines)

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Optional, Union
 
 from ascend_node.doctor.local import DeviceState
-from ascend_node.doctor.report import CheckResult, Finding, ok, verdict
+from ascend_node.doctor.report import CheckResult, Finding, skip, verdict
 from ascend_node.errors import AscendNodeError
 from ascend_node.netcheck import parse_ip
 from ascend_node.ranktable import Problem, local_server
@@ -53,7 +53,7 @@ def check_table_file(where: TableInUse, problems: Sequence[Problem]) -> CheckRes
     """`ranktable.file`: the file rules MindIE applies before it parses (mode <= 0640,
     owner, not a symlink, path characters, size)."""
     if where.path is None:
-        return ok("ranktable.file", "no rank table in use yet (RANK_TABLE_FILE unset, no "
+        return skip("ranktable.file", "no rank table in use yet (RANK_TABLE_FILE unset, no "
                   "state-dir copy): bootstrap has not completed here")
     findings = [Finding("fail", p.message, _file_fix(p.message, where.path))
                 for p in problems if p.path == "file"]
@@ -78,9 +78,9 @@ def check_table_content(
 ) -> CheckResult:
     """`ranktable.valid`: the table passes HCCL's (and for MindIE, MindIE's) rules."""
     if where.path is None:
-        return ok("ranktable.valid", "no rank table in use yet")
+        return skip("ranktable.valid", "no rank table in use yet")
     if not readable:
-        return ok("ranktable.valid", "content not checked: the file cannot be read "
+        return skip("ranktable.valid", "content not checked: the file cannot be read "
                   "(see ranktable.file)")
     findings = [Finding("fail", f"{p.path}: {p.message}",
                         f"`ascend-node validate --for {target} {where.path}` lists every "
@@ -96,7 +96,7 @@ def check_table_member(
     lists exactly its devices with their live addresses (HCCL EI0014 otherwise)."""
     cid = "ranktable.member"
     if table is None:
-        return ok(cid, "no readable rank table to look into")
+        return skip(cid, "no readable rank table to look into")
     if not pod_ip:
         return CheckResult(cid, "warn", "this node's pod IP is unknown (see node.identity)")
     try:
@@ -170,9 +170,9 @@ def check_table_stale(
     fix = ("run `ascend-node ranktable` (or restart the pod through `boot`) so this node "
            "takes the current table")
     if where.path is None or local is None:
-        return ok(cid, "no rank table in use yet")
+        return skip(cid, "no rank table in use yet")
     if run.shared_table is None:
-        return ok(cid, f"not compared: {run.note}")
+        return skip(cid, f"not compared: {run.note}")
     mine = _sha(local)
     findings = []
     if isinstance(run.shared_table, bytes) and _sha(run.shared_table) != mine:

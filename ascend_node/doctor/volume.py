@@ -13,77 +13,24 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import secrets
 import shutil
 import time
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
-from ascend_node.doctor.report import CheckResult, Finding, ok, verdict
+from ascend_node.doctor.report import CheckResult, Finding, ok, skip, verdict
+from ascend_node.mounts import PSEUDO_FS_TYPES
+from ascend_node.mounts import Mount as Mount
+from ascend_node.mounts import mount_of as mount_of
+from ascend_node.mounts import parse_mountinfo as parse_mountinfo
 from ascend_node.rendezvous.freshness import revalidate_dir
 
 NFS_TYPES = frozenset({"nfs", "nfs4"})
-_OCTAL = re.compile(r"\\([0-7]{3})")
 
 PROBE_SLOW = 1.0
 """Seconds: a create-and-see round trip slower than this makes every rendezvous step slow."""
-
-
-@dataclass(frozen=True)
-class Mount:
-    mount_point: str
-    fs_type: str
-    source: str
-    options: Mapping[str, Optional[str]] = field(default_factory=dict)
-
-    def describe(self) -> str:
-        shown = ",".join(k if v is None else f"{k}={v}" for k, v in self.options.items())
-        return f"{self.fs_type} {self.source} on {self.mount_point} ({shown})"
-
-
-def _unescape(text: str) -> str:
-    return _OCTAL.sub(lambda m: chr(int(m.group(1), 8)), text)
-
-
-def _options(*groups: str) -> dict[str, Optional[str]]:
-    out: dict[str, Optional[str]] = {}
-    for group in groups:
-        for item in group.split(","):
-            if item:
-                key, sep, value = item.partition("=")
-                out[key] = value if sep else None
-    return out
-
-
-def parse_mountinfo(text: str) -> list[Mount]:
-    """Every well-formed line of /proc/<pid>/mountinfo, in order (later mounts shadow
-    earlier ones on the same point). Per-mount and superblock options are merged:
-    NFS reports `vers`, `lookupcache`, `ac*` and `nocto` among the superblock ones."""
-    mounts = []
-    for line in text.splitlines():
-        left, sep, right = line.partition(" - ")
-        fields, tail = left.split(), right.split()
-        if not sep or len(fields) < 6 or len(tail) < 2:
-            continue
-        super_options = tail[2] if len(tail) > 2 else ""
-        mounts.append(Mount(_unescape(fields[4]), tail[0], _unescape(tail[1]),
-                            _options(fields[5], super_options)))
-    return mounts
-
-
-def mount_of(path: str, mounts: Sequence[Mount]) -> Optional[Mount]:
-    """The mount that holds `path` (already resolved): the longest mount point that
-    is a path prefix of it, the last one listed winning on ties."""
-    best: Optional[Mount] = None
-    for mount in mounts:
-        point = mount.mount_point.rstrip("/") or "/"
-        inside = path == point or path.startswith(point + "/") or point == "/"
-        if inside and (best is None or len(point) >= len(best.mount_point.rstrip("/") or "/")):
-            best = mount
-    return best
 
 
 def judge_mount(mount: Mount) -> list[Finding]:
@@ -100,6 +47,13 @@ def judge_mount(mount: Mount) -> list[Finding]:
                 "`lookupcache=positive`",
             )]
         return []
+    if mount.fs_type in PSEUDO_FS_TYPES:
+        return [Finding(
+            "fail",
+            f"{mount.mount_point} is a {mount.fs_type} pseudo-filesystem of the kernel, not a "
+            "shared volume: the rendezvous cannot write there",
+            "mount the job's shared PVC (the model volume) and point --shared-dir at it",
+        )]
     if mount.fs_type == "overlay":
         return [Finding(
             "warn",
@@ -122,7 +76,7 @@ def _note(mount: Mount) -> str:
 
 def check_volume_mount(shared_dir: Optional[Path], mountinfo: str) -> CheckResult:
     if shared_dir is None:
-        return ok("volume.mount", "no shared directory configured (--shared-dir)")
+        return skip("volume.mount", "no shared directory configured (--shared-dir)")
     real = os.path.realpath(shared_dir)
     mount = mount_of(real, parse_mountinfo(mountinfo))
     if mount is None:
@@ -175,7 +129,7 @@ def probe_round_trip(
 
 def check_volume_probe(shared_dir: Optional[Path], probe: Optional[Probe]) -> CheckResult:
     if shared_dir is None or probe is None:
-        return ok("volume.probe", "no shared directory configured (--shared-dir)")
+        return skip("volume.probe", "no shared directory configured (--shared-dir)")
     if probe.seconds is None:
         return CheckResult("volume.probe", "fail", probe.error,
                            "the rendezvous writes there: mount the shared volume read-write "

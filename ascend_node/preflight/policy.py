@@ -1,4 +1,4 @@
-"""`--preflight strict|warn|off`: what a failed check does (DESIGN, options table).
+"""`--preflight strict|warn|off`: what a failed check does (docs/design.md, "Commands").
 
 `strict` ends the start-up with 5 (the default, and always the default for
 `ranktable`); `warn` logs and goes on (the default when `boot` hands over to a training

@@ -2,6 +2,13 @@
 
 Checked before the table rules so `ascend-node validate` (and doctor) report a file MindIE
 would refuse outright, e.g. a group-readable-and-writable mode, next to any content problems.
+
+These are MindIE's rules (its C++ ``IsFileValid`` and atb_llm's path check,
+mindie-checks.md "The file"), not HCCL's: with ``target="hccl"`` only what any reader needs
+is judged (the file exists, is a regular file, is not empty, and is UTF-8 JSON), so
+MindCluster's own ``hccl.json`` (written 0644, and seen in the pod through a mount)
+passes for HCCL as it does for the training frameworks that read it. An owner asked for
+explicitly (``check_owner_uid``) is checked for both targets: the caller chose it.
 """
 
 from __future__ import annotations
@@ -27,22 +34,26 @@ def validate_file(
     target: Target = "mindie",
     check_owner_uid: Optional[int] = None,
 ) -> list[Problem]:
-    """File rules MindIE enforces before it parses (path "file"), then the table rules.
+    """File rules (path "file"), then the table rules of ``target``.
 
-    Mirrors mindie-checks.md "The file": not a symlink, a regular file of 1 byte..10 MiB,
+    For ``target="mindie"`` this mirrors mindie-checks.md "The file": not a symlink, a
+    regular file of 1 byte..10 MiB,
     mode 0640 or stricter in every permission triad, owned by ``check_owner_uid`` when given
     (MindIE wants the uid that runs it; root is not exempt), a real path of
     ``[0-9a-zA-Z_./-]`` only, a path of at most 256 characters. A symlink is reported and its
     target still checked, so one run lists everything to fix. Unparsable JSON is a problem at
-    "$". Never reads a FIFO or device node, never raises for a bad file.
+    "$". For ``target="hccl"`` the mode, symlink, path and 10 MiB rules are MindIE's and
+    are not applied (a file above 10 MiB is still not read: no rank table is that big).
+    Never reads a FIFO or device node, never raises for a bad file.
     """
     problems: list[Problem] = []
+    mindie = target == "mindie"
     text_path = os.fspath(path)
 
     def add(message: str) -> None:
         problems.append(Problem("file", message))
 
-    if len(text_path) > MAX_PATH_LENGTH:
+    if mindie and len(text_path) > MAX_PATH_LENGTH:
         add(
             f"path {text_path} is {len(text_path)} characters: MindIE ignores a "
             f"RANK_TABLE_FILE longer than {MAX_PATH_LENGTH}"
@@ -52,10 +63,10 @@ def validate_file(
     except OSError as exc:
         add(f"{text_path} cannot be read: {exc.strerror or exc}")
         return problems
-    if stat.S_ISLNK(link_info.st_mode):
+    if mindie and stat.S_ISLNK(link_info.st_mode):
         add(f"{text_path} is a symlink: MindIE refuses links, copy the file instead")
     real = os.path.realpath(text_path)
-    if _PATH_CHARS.fullmatch(real) is None:
+    if mindie and _PATH_CHARS.fullmatch(real) is None:
         bad = sorted({ch for ch in real if _PATH_CHARS.fullmatch(ch) is None})
         shown = ", ".join(json.dumps(ch, ensure_ascii=False) for ch in bad)
         add(f"real path {real} contains {shown}: atb_llm allows only [0-9a-zA-Z_./-]")
@@ -69,7 +80,7 @@ def validate_file(
         return problems
     mode = stat.S_IMODE(info.st_mode)
     owner, group, other = (mode >> 6) & 7, (mode >> 3) & 7, mode & 7
-    if owner > 6 or group > 4 or other > 0:
+    if mindie and (owner > 6 or group > 4 or other > 0):
         add(f"{text_path} has mode {mode:04o}: MindIE requires 0640 or stricter")
     if check_owner_uid is not None and info.st_uid != check_owner_uid:
         add(
@@ -80,7 +91,8 @@ def validate_file(
         add(f"{text_path} is empty")
         return problems
     if info.st_size > MAX_FILE_SIZE:
-        add(f"{text_path} is {info.st_size} bytes: MindIE reads at most {MAX_FILE_SIZE}")
+        reader = "MindIE reads" if mindie else "validate reads"
+        add(f"{text_path} is {info.st_size} bytes: {reader} at most {MAX_FILE_SIZE}")
         return problems
     try:
         with open(text_path, "rb") as handle:

@@ -231,6 +231,7 @@ class Assembler(Participant):
         write_doc(self.paths.outcome(attempt_id), OutcomeDoc(
             run_id=self.paths.run_id, attempt_id=attempt_id, result="abort",
             reason=verdict.reason, nodes=verdict.nodes, participants=participants,
+            failed_by=verdict.failed_by,
         ), self.paths.shared_dir)
         raise ClusterInconsistent(verdict.reason, restart_hint(self.paths))
 

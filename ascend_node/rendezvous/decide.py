@@ -100,6 +100,13 @@ def choose_attempt(
             names = ", ".join(node_name(i, master_count) for i in outdated_slots)
             return Open(f"attempt {attempt.attempt_id}'s table no longer matches {names}")
         return Reuse(attempt.attempt_id)
+    if outcome is not None and outcome.failed_by is not None:
+        # A local failure (no IP, a tool that failed) aborted it: the one verdict a
+        # restart can cure. Node 0 got this far, so its own is cured if it was the one;
+        # a peer's restart that is cured joins the new attempt, one that is not fails
+        # it again with its cause. Verdicts on the cluster's data stand (below).
+        return Open(f"attempt {attempt.attempt_id} was aborted by a local failure, which "
+                    f"a restart may have cured ({outcome.reason[:200]})")
     if attempt.opened_by == incarnation:
         return Reuse(attempt.attempt_id)
     return Open(
@@ -122,6 +129,7 @@ class Waiting:
 class Abort:
     reason: str
     nodes: tuple[int, ...]
+    failed_by: Optional[str] = None  # the incarnation whose own failure document caused it
 
 
 @dataclass(frozen=True)
@@ -155,7 +163,7 @@ def evaluate(
     for index in range(node_count):
         state = slots.get(index)
         if isinstance(state, FailureDoc):
-            return Abort(f"{name(index)} failed: {state.cause}", (index,))
+            return Abort(f"{name(index)} failed: {state.cause}", (index,), state.incarnation)
         if isinstance(state, ConflictDoc):
             return Abort(
                 f"two live pods claim {name(index)} (incarnations "
@@ -302,7 +310,7 @@ class WaitAttempt:
     """No usable attempt: wait for node 0 to open one."""
 
     reason: str
-    kind: str = "no-attempt"  # no-attempt | stale-table | stale-abort | stale-version
+    kind: str = "no-attempt"  # no-attempt | stale-table | stale-abort | stale-version | own-failure
 
 
 @dataclass(frozen=True)
@@ -386,6 +394,15 @@ def follower_step(
             f"{node_name(me.index, me.master_count)} (this pod was re-created with new "
             "addresses or devices)",
             "stale-table",
+        )
+    if outcome is not None and outcome.failed_by == me.incarnation:
+        # This very pod's local failure aborted the attempt, and this container restart
+        # of it got past the failure. The verdict was about this pod, not the cluster: it
+        # is not repeated as exit 5. Only node 0 opens attempts, so wait for a new one.
+        return WaitAttempt(
+            f"attempt {aid} was aborted by this pod's own earlier failure ({outcome.reason}); "
+            "this restart got past it and waits for node 0 to open a new attempt",
+            "own-failure",
         )
     if outcome is not None:  # abort
         if participant or me.incarnation in outcome.participants:

@@ -90,6 +90,7 @@ def node0_failure(
             run_id=paths.run_id, attempt_id=attempt_id, result="abort",
             reason=f"{node_name(0, identity.master_count)} failed: {cause[:2000]}",
             nodes=(0,), participants=tuple(sorted(participants)),
+            failed_by=identity.incarnation,
         ), paths.shared_dir)
         return attempt_id
     except (SharedVolumeError, OSError):

@@ -183,6 +183,13 @@ class Follower(Participant):
                 f"check that {node0} of this start of the job is running and mounts "
                 "the same shared volume; exit 4 is retryable",
             )
+        if isinstance(action, decide.WaitAttempt) and action.kind == "own-failure":
+            return PeerTimeout(
+                f"timed out after {waited}: {action.reason}, and no new attempt opened",
+                f"restart the job (or run `ascend-node clean` for run {self.paths.run_id!r}, "
+                f"then restart {node0}): {node0} opens a new attempt when it starts; "
+                "exit 4 is retryable",
+            )
         if isinstance(action, decide.WaitAttempt) and action.kind == "stale-abort":
             return ClusterInconsistent(
                 f"{action.reason}; no new attempt opened within {waited}",

@@ -122,6 +122,10 @@ class OutcomeDoc(_Doc):
     nodes: tuple[int, ...] = ()
     participants: tuple[str, ...] = ()
     warnings: tuple[str, ...] = Field(default=(), max_length=64)  # pre-flight, for everyone
+    failed_by: Optional[str] = Field(default=None, pattern=_ID)
+    """An abort caused by one pod's own failure document (a local failure: no IP, a tool
+    that failed): that pod's incarnation. A container restart of that same pod which gets
+    past the failure knows the abort was its own (docs/rendezvous.md)."""
 
     def record_for(self, index: int) -> Optional[TableRecord]:
         if 0 <= index < len(self.members) and self.members[index].global_index == index:

@@ -1,6 +1,6 @@
 """Where rendezvous documents live on the shared volume, and how they are read and written.
 
-Layout (ours to choose, DESIGN "Files"):
+Layout (ours to choose; docs/design.md, "Files"):
 
     <shared>/ranktable-<run>.json                    final table (assembler only)
     <shared>/.ascend-node/<run>/attempt.json         current attempt (node 0 only)
@@ -34,6 +34,7 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from ascend_node.atomic import atomic_write_bytes
 from ascend_node.errors import SharedVolumeError
+from ascend_node.mounts import PSEUDO_FS_TYPES, Mount, mount_for
 from ascend_node.rendezvous.models import (
     ConflictDoc,
     FailureDoc,
@@ -255,13 +256,24 @@ def check_writable(shared_dir: Path) -> None:
         flags = os.statvfs(shared_dir).f_flag
     except OSError as exc:
         raise volume_error(exc, shared_dir, "inspect") from exc
-    if flags & os.ST_RDONLY:
+    if flags & os.ST_RDONLY:  # volume_error names a pseudo-filesystem (/sys) first
         raise volume_error(OSError(errno.EROFS, os.strerror(errno.EROFS)), shared_dir,
                            "write to")
+    pseudo = _pseudo_mount(shared_dir)
+    if pseudo is not None:
+        raise _pseudo_error(pseudo, shared_dir, "write to", None)
 
 
 def volume_error(exc: OSError, path: Path, action: str) -> SharedVolumeError:
-    """Turn an OSError on the shared volume into a one-line cause with a remedy."""
+    """Turn an OSError on the shared volume into a one-line cause with a remedy.
+
+    A kernel pseudo-filesystem given as the shared directory (`/proc`, `/sys`) answers
+    with ENOENT or EACCES, which would read as a missing or locked-down directory: the
+    mount table names what it really is (read only here, on the error path).
+    """
+    pseudo = _pseudo_mount(path)
+    if pseudo is not None:
+        return _pseudo_error(pseudo, path, action, exc)
     hints = {
         errno.EROFS: "the shared volume is mounted read-only; mount the PVC read-write",
         errno.ENOSPC: "the shared volume is full; free space on the PVC",
@@ -272,6 +284,22 @@ def volume_error(exc: OSError, path: Path, action: str) -> SharedVolumeError:
     return SharedVolumeError(
         f"cannot {action} {path}: {exc.strerror or exc}",
         hints.get(exc.errno or 0, "check the shared volume (--shared-dir)"),
+    )
+
+
+def _pseudo_mount(path: Path) -> Optional[Mount]:
+    mount = mount_for(str(path))
+    return mount if mount is not None and mount.fs_type in PSEUDO_FS_TYPES else None
+
+
+def _pseudo_error(mount: Mount, path: Path, action: str, exc: Optional[OSError]
+                  ) -> SharedVolumeError:
+    why = f" ({exc.strerror or exc})" if exc is not None else ""
+    return SharedVolumeError(
+        f"cannot {action} {path}: {mount.mount_point} is a {mount.fs_type} pseudo-filesystem "
+        f"of the kernel, not a shared volume{why}",
+        "point --shared-dir (ASCEND_NODE_SHARED_DIR, else MODEL_PATH) at the mount of the "
+        "job's shared PVC",
     )
 
 

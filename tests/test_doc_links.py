@@ -1,0 +1,85 @@
+"""The project explains itself: every file its documents point to is in the repository.
+
+A relative link (`[x](rendezvous.md#timing)`) or a mention of a Markdown file
+(`docs/benchmarks.md`) in README.md, docs/*.md or images/README.md must name a file of the
+repository, relative to the document or to the repository's root, and a `#fragment` must be
+a heading of that file. The working notes the project was started from are not part of it
+and may not be cited (their facts are stated in place, with their public sources).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCUMENTS = sorted([ROOT / "README.md", ROOT / "images" / "README.md",
+                    *(ROOT / "docs").glob("*.md")])
+
+_LINK = re.compile(r"\]\(([^)\s]+)\)")
+_MENTION = re.compile(r"(?<![\w/.-])((?:\.\.?/)?[\w./-]*\.md(?:#[\w-]+)?)")
+_OUTSIDE = re.compile(r"\bDESIGN\b|shared/(?:reference|upstream)|\.\./shared\b")
+_HEADING = re.compile(r"^#{1,6}\s+(.*?)\s*#*\s*$", re.MULTILINE)
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor for a heading: lower case, punctuation dropped, spaces to '-'."""
+    text = re.sub(r"[`*_\[\]]|\(([^)]*)\)(?=\s|$)", lambda m: m.group(1) or "", heading)
+    text = re.sub(r"\]\([^)]*\)", "", text)
+    return re.sub(r"[^\w\- ]", "", text.lower()).replace(" ", "-")
+
+
+def anchors(path: Path) -> set[str]:
+    text = re.sub(r"```.*?```", "", path.read_text(encoding="utf-8"), flags=re.DOTALL)
+    return {slug(h) for h in _HEADING.findall(text)}
+
+
+def references(text: str) -> set[str]:
+    found = set(_LINK.findall(text)) | set(_MENTION.findall(text))
+    return {r for r in found if "://" not in r and not r.startswith(("#", "mailto:"))}
+
+
+def resolve(doc: Path, ref: str) -> Path | None:
+    target = ref.split("#", 1)[0]
+    for base in (doc.parent, ROOT):
+        candidate = (base / target).resolve()
+        if candidate.exists() and ROOT in candidate.parents:
+            return candidate
+    return None
+
+
+@pytest.mark.parametrize("doc", DOCUMENTS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_referenced_file_exists_with_its_heading(doc: Path) -> None:
+    problems = []
+    for ref in sorted(references(doc.read_text(encoding="utf-8"))):
+        target = resolve(doc, ref)
+        if target is None:
+            problems.append(f"{ref}: no such file in the repository")
+        elif "#" in ref and target.suffix == ".md":
+            fragment = ref.split("#", 1)[1]
+            if fragment not in anchors(target):
+                problems.append(f"{ref}: {target.name} has no heading #{fragment}")
+    assert problems == []
+
+
+@pytest.mark.parametrize("doc", DOCUMENTS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_document_cites_the_notes_outside_the_repository(doc: Path) -> None:
+    hits = [line.strip() for line in doc.read_text(encoding="utf-8").splitlines()
+            if _OUTSIDE.search(line)]
+    assert hits == []
+
+
+def test_the_checks_find_what_they_look_for(tmp_path: Path) -> None:
+    doc = tmp_path / "x.md"
+    doc.write_text("see DESIGN.md, [a](nowhere.md#x) and `docs/design.md#the-chain`\n")
+    refs = references(doc.read_text())
+    assert refs == {"DESIGN.md", "nowhere.md#x", "docs/design.md#the-chain"}
+    assert resolve(doc, "nowhere.md#x") is None
+    assert resolve(doc, "docs/design.md#the-chain") == ROOT / "docs" / "design.md"
+    assert "the-chain" in anchors(ROOT / "docs" / "design.md")
+    assert slug("Network filesystems: what each one shows, and what the agent does") == (
+        "network-filesystems-what-each-one-shows-and-what-the-agent-does")
+    assert slug("`ascend-node doctor`") == "ascend-node-doctor"
+    assert _OUTSIDE.search("as DESIGN says") and _OUTSIDE.search("../shared/reference/x")
