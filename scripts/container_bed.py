@@ -4,7 +4,7 @@
 The project's images are only proven if they run, so this builds them the way a platform
 engineer would (images/README.md) and runs them with podman, offline:
 
-  * podman configured for these machines (../shared/reference/containers.md): runc, the
+  * podman configured for these machines (images/README.md §5, "podman settings"): runc, the
     hard nofile limit as the default ulimit, cgroupfs under our own memory cgroup, file
     events, and every byte of state (storage, runroot, tmp, volumes, network configs)
     under ONE work directory. Nothing is written to /var/lib/containers.

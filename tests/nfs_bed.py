@@ -1,5 +1,6 @@
 """A real NFS test bed: one kernel nfsd and >= 2 independent Linux NFS clients, in User
-Mode Linux guests (facts and recipe: shared/reference/nfs.md, issue 10).
+Mode Linux guests (issue 10; the caches: nfs(5); what was measured: docs/rendezvous.md,
+"Network filesystems", and docs/benchmarks.md).
 
 Why UML: the host kernel has no NFS, there is no hardware virtualisation, and what the
 rendezvous must survive is the *Linux NFS client's* lookup and attribute caches, which

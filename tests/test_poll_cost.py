@@ -2,7 +2,7 @@
 
 A Linux NFS client at default mounts caches negative lookups until the parent directory's
 attributes expire (30-60 s); opening the directory first makes it look again
-(`shared/reference/nfs.md`). These tests record every `os.open` of a waiting pod and
+(nfs(5) `lookupcache`, close-to-open; measured: docs/rendezvous.md, "Network filesystems"). These tests record every `os.open` of a waiting pod and
 check, poll by poll, that each file another pod writes is read only after the directory
 holding it was opened in the same poll — and that the cost stays O(1) for a follower.
 """
