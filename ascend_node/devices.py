@@ -2,9 +2,11 @@
 
 Parsers are pure and tolerant: they find values by their prefix (`ipaddr:`), never by
 line position, because `hccn_tool` output varies across driver versions and prints
-nothing at all for a device with no IP (facts §1.1). Callers of the vendor tools sit at
-the bottom of the module and query every device concurrently: with 16 devices and a
-200 ms tool, a sequential loop costs 3.2 s of every pod start.
+nothing at all for a device with no IP (a capture in Ascend/mind-cluster
+component/ascend-faultdiag/test/st_module_testcase/kg_parse/npu_info_before.txt).
+Callers of the vendor tools sit at the bottom of the module and query every device
+concurrently: with 16 devices and a 200 ms tool, a sequential loop costs 3.2 s of every
+pod start.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from ascend_node.errors import DeviceError, ToolError, refused_value
 from ascend_node.netcheck import IPAddress, family, parse_ip, unusable_reason
 from ascend_node.tools import ToolResult, run_tool, shown_output, which
 
-MAX_DEVICE_ID = 63  # MindIE's device_id range [0, 63] (mindie-checks 13)
+MAX_DEVICE_ID = 63  # MindIE's device_id range [0, 63] (MindIE-LLM ranktable_config.cpp)
 DEFAULT_HCCN_TOOL = "/usr/local/Ascend/driver/tools/hccn_tool"
 DEFAULT_NPU_SMI = "/usr/local/bin/npu-smi"
 HCCN_CONF = "/etc/hccn.conf"
@@ -48,7 +50,8 @@ def parse_device_list(spec: str, source: str = "--devices") -> tuple[int, ...]:
     """`0,1,2,3`, `0-7`, `Ascend910-0,Ascend910-1`, or a mix; sorted, unique.
 
     The `Ascend910-N` form is what Ascend Docker Runtime puts in ASCEND_VISIBLE_DEVICES
-    from the device plugin's annotation (facts §1.4); N is the physical id. A refused
+    from the device plugin's annotation; N is the physical id (Ascend/mind-cluster
+    docs/zh/scheduling/06_api/13_environment_variable_description.md). A refused
     list is a usage error (2) when `source` is the flag, a configuration error (1) when it
     came from the environment (`errors.refused_value`).
     """
@@ -96,7 +99,8 @@ def parse_davinci_names(names: Sequence[str]) -> tuple[int, ...]:
 
 
 def _npu_smi_rows(text: str) -> list[dict[str, str]]:
-    """Rows of `npu-smi info -m` as {header: cell}, parsed by header (facts §1.3).
+    """Rows of `npu-smi info -m` as {header: cell}, parsed by header (the columns vary:
+    Ascend/mind-cluster .../ascend_fd_tk/core/common/chip_generation.py).
 
     Columns are separated by two or more spaces or tabs; lines before the header are
     skipped.
@@ -124,7 +128,7 @@ def _physical_id(row: Mapping[str, str]) -> Optional[int]:
 
 
 def parse_npu_smi_mapping(text: str) -> tuple[int, ...]:
-    """Physical chip ids from `npu-smi info -m`, parsed by header (facts §1.3).
+    """Physical chip ids from `npu-smi info -m`, parsed by header (see `_npu_smi_rows`).
 
     A3 prints `Chip Phy-ID`; older cards print only `Chip Logic ID`, equal to the physical
     id on a whole node. `Mcu` rows (logic id `-`) are skipped.
@@ -135,7 +139,8 @@ def parse_npu_smi_mapping(text: str) -> tuple[int, ...]:
 
 def parse_npu_chip_map(text: str) -> dict[int, tuple[int, int]]:
     """Physical id -> (NPU ID, Chip ID) from `npu-smi info -m`: the `-i`/`-c` pair that
-    `npu-smi info -t ... -i <npu> -c <chip>` takes for that device (facts §1.3).
+    `npu-smi info -t ... -i <npu> -c <chip>` takes for that device (hicann/hccl
+    docs/zh/user_guide/.../rank_table_config_a3.md, spod-info).
 
     On A3 a module (NPU ID) holds two dies (Chip ID 0 and 1), each its own device.
     """
@@ -153,7 +158,7 @@ def parse_hccn_ip(text: str) -> tuple[str, str]:
     """(ip, netmask) from `hccn_tool -i N -ip -g`; ("", "") when it printed no `ipaddr:`.
 
     Also reads the IPv6 form of `-ip -inet6 -g` (`ipv6_address:` / `prefix_length:`,
-    facts §1.1); the prefix length then stands in for the netmask.
+    Ascend/mind-cluster faultdiag rc_parse_job.py); the prefix length stands in for the netmask.
     """
     ip = netmask = ""
     for line in text.splitlines():
@@ -302,7 +307,8 @@ def query_ips(
 ) -> tuple[list[Device], dict[int, str]]:
     """Each device's IP via `hccn_tool -i <id> -ip -g`, concurrently; hccn.conf fallback.
 
-    The live tool value is preferred: hccn.conf can be stale (facts §1.2). The file is
+    The live tool value is preferred: hccn.conf can be stale (vllm-project/vllm-ascend
+    PR #16847; HCCL compares the live NIC IP, EI0014). The file is
     the fallback both when the tool prints no `ipaddr:` and when it cannot run at all
     (driver tools not mounted, a call that times out), as MindSpore's hccl_tools does;
     a device that neither answers is a ToolError naming its command.

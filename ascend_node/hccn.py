@@ -2,7 +2,8 @@
 
 Shared by `doctor` (which judges them one node at a time) and the start-up pre-flight
 (which publishes them for node 0): each probe runs concurrently with the others, each call
-with its own timeout, and is parsed by the `devices` parsers (facts §1.1 formats). A
+with its own timeout, and is parsed by the `devices` parsers (formats: Ascend/mind-cluster
+docs/en/faultdiag/user_guide/03_collecting_logs.md and its faultdiag test captures). A
 module of its own so the start-up path does not import the whole doctor.
 """
 
@@ -19,7 +20,9 @@ from ascend_node.errors import ToolError
 from ascend_node.netcheck import family, unusable_reason
 from ascend_node.tools import ToolResult, run_tool, shown_output
 
-HEALTHY_NET = ("Success", "Init")  # MindCluster treats both as healthy (facts §1.1)
+# MindCluster treats both as healthy (Ascend/mind-cluster
+# component/ascend-common/devmanager/common/constants.go).
+HEALTHY_NET = ("Success", "Init")
 PING_WORKERS = 16
 
 
@@ -116,7 +119,10 @@ def parse_ping(text: str) -> Optional[tuple[int, int, float]]:
 
 
 def ping_argv(hccn_tool: str, pair: PingPair) -> list[str]:
-    """IPv4: `-ping -g address X`; IPv6: `-ping -inet6 -g ipv6_address X` (facts §1.1)."""
+    """IPv4: `-ping -g address X`; IPv6: `-ping -inet6 -g ipv6_address X`.
+
+    Sources: vllm-ascend docs/source/installation.md (the IPv4 check), the Ascend Rec SDK
+    FAQ (the IPv6 form); the loss line is what Ascend/mind-cluster's zh FAQ quotes."""
     if family(pair.address) == 6:
         return [hccn_tool, "-i", str(pair.device_id), "-ping", "-inet6", "-g",
                 "ipv6_address", pair.address]

@@ -1,7 +1,8 @@
 """Who this pod is in the job: Volcano environment -> NodeIdentity (pure).
 
 Volcano's `env` plugin sets `VC_TASK_INDEX` (and the older `VK_TASK_INDEX`) to the pod's
-index *within its task*; the `svc` plugin sets `VC_<TASK>_NUM` per task (peers.md §1).
+index *within its task*; the `svc` plugin sets `VC_<TASK>_NUM` per task (volcano-sh/volcano
+pkg/controllers/job/plugins/env/env.go and svc/, docs/user-guide/how_to_use_svc_plugin.md).
 So master 0 and worker 0 both have task index 0: the global node index is the task index
 for masters and `VC_MASTER_NUM + task index` for workers (the same rule Volcano's
 `hcclrank` plugin writes into `hccl/rankIndex`).
@@ -185,11 +186,12 @@ JOB_VERSION_ENV = "ASCEND_NODE_JOB_VERSION"
 def _job_version(environ: Mapping[str, str], sources: dict[str, str]) -> Optional[int]:
     """Volcano's job version, when the pod maps it in (optional).
 
-    Volcano bumps the `volcano.sh/job-version` annotation each time it kills and
-    re-creates the whole job (RestartJob), and leaves it alone for RestartPod/Task
-    (peers.md §1). Mapped into the environment through the downward API, it tells a
-    re-created pod with unchanged addresses whether the table it finds is from an
-    earlier start of the job. An unset annotation reaches us as an empty string.
+    Volcano bumps the `volcano.sh/job-version` annotation each time it kills and re-creates
+    the whole job (RestartJob), and leaves it alone for RestartPod/Task (volcano-sh/volcano
+    pkg/controllers/job/job_controller_util.go, `killPods`: "Job version is bumped only when
+    job is killed"). Mapped into the environment through the downward API, it tells a
+    re-created pod with unchanged addresses whether the table it finds is from an earlier
+    start of the job. An unset annotation reaches us as an empty string.
     """
     raw = environ.get(JOB_VERSION_ENV, "").strip()
     if not raw:

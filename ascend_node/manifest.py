@@ -99,7 +99,8 @@ class ManifestParams:
 
 
 # MindCluster's node label for Atlas 900 A3 SuperPoD servers, by NPUs per pod (MC
-# accelerator-type values `module-a3-16-super-pod`, `module-a3-8-super-pod`, facts §2.2).
+# accelerator-type values `module-a3-16-super-pod`, `module-a3-8-super-pod`: Ascend/mind-cluster
+# component/ascend-operator/pkg/ranktable/factory.go).
 ACCELERATOR_TYPE_LABEL = "accelerator-type"
 A3_SUPER_POD_TYPES = {16: "module-a3-16-super-pod", 8: "module-a3-8-super-pod"}
 

@@ -2,7 +2,8 @@
 
 On a cluster that runs Huawei's MindCluster, the Ascend Operator already writes a rank
 table for every job and mounts it into each pod (by default
-`/user/serverid/devindex/config/hccl.json`, facts §2.4): `status` stays `initializing`
+`/user/serverid/devindex/config/hccl.json`; Ascend/mind-cluster
+component/ascend-operator/pkg/ranktable/): `status` stays `initializing`
 until every pod is in, then becomes `completed`. Nothing else is needed to agree on a
 table, so this source never touches the shared-volume rendezvous. What the file is not
 is a table MindIE accepts as is: mode 0644 and root-owned (MindIE wants 0640 and its own
@@ -17,7 +18,7 @@ a progress line every progress interval, exit 4 on timeout naming what is missin
 A half-written file (MindCluster rewrites it in place) is "not yet", never an error.
 The file may sit on a network filesystem: a Linux NFS client trusts a cached "no such
 file" for 30-60 s unless the parent directory is revalidated, which opening and closing
-it does (reference/nfs.md), so every poll does that first.
+it does (docs/rendezvous.md, "Network filesystems"), so every poll does that first.
 """
 
 from __future__ import annotations
@@ -75,7 +76,8 @@ def judge_hccl_json(raw: Optional[bytes]) -> Union[Pending, Ready]:
 def present_ranks(doc: Mapping[str, Any]) -> list[int]:
     """Pod rank indices already listed in an `initializing` table (best effort).
 
-    MindCluster numbers ranks podRankIndex x devicesPerPod + i (facts §2.4), so a server's
+    MindCluster numbers ranks podRankIndex x devicesPerPod + i (ascend-operator
+    pkg/ranktable/common/common.go), so a server's
     lowest rank over its device count is its pod's index.
     """
     found = []
@@ -113,7 +115,7 @@ def describe_pending(
 def revalidate_dirs(path: Path) -> None:
     """Revalidate the file's parent directory (each level down from the nearest existing
     ancestor when it does not exist yet), so an NFS client drops a cached negative lookup
-    (reference/nfs.md); the rendezvous's own rule, from the filesystem root."""
+    (docs/rendezvous.md); the rendezvous's own rule, from the filesystem root."""
     revalidate_dir(path.parent, Path(path.anchor or "/"))
 
 

@@ -9,14 +9,15 @@ both with this server's devices from the rank table. `patch_config` sets exactly
 keys and keeps every other key, value and key order as the operator wrote them, so a
 diff of the file shows only what the agent had to change (the returned `changes`).
 
-Device ids: `npuDeviceIds` holds *logical* ids — the indexes the container's runtime
-sees, 0..n-1 in the order of its visible devices — not the physical ids of the rank
-table (ascend-facts §1.4). `boot` therefore passes `list(range(local device count))`.
-(Multi-node MindIE overrides it with the rank table's device_ids, which agree only on
-whole-node, unremapped containers; that is the rank table's concern, not this file's.)
+Device ids: `npuDeviceIds` holds *logical* ids — the indexes the container's runtime sees,
+0..n-1 in the order of its visible devices — not the physical ids of the rank table
+(MindIE-LLM docs/zh/user_guide/user_manual/service_parameter_configuration.md). `boot`
+therefore passes `list(range(local device count))`. (Multi-node MindIE overrides it with the
+rank table's device_ids (backend_config.cpp), which agree only on whole-node, unremapped
+containers; that is the rank table's concern, not this file's.)
 
 The file must be a regular file owned by the uid that runs the daemon, mode 0640 or
-stricter, not a symlink (MindIE checks all of it; mindie-checks.md) — `write_config`
+stricter, not a symlink (MindIE checks all of it; docs/mindie-config.md rule 7) — `write_config`
 produces exactly that, atomically.
 """
 

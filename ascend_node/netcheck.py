@@ -23,8 +23,10 @@ def parse_ip(text: str) -> Optional[IPAddress]:
 def unusable_reason(text: str) -> Optional[str]:
     """Why `text` cannot identify a node or device on the network, or None if it can.
 
-    HCCL and MindIE reject these later with far less helpful messages (facts §1.1,
-    mindie-checks 13): `-1` is MindCluster's failed-query sentinel, `-.-.-.-` GPUStack's.
+    HCCL and MindIE reject these later with far less helpful messages (MindIE-LLM
+    ranktable_config.cpp: `format is invalid (neither IPv4 nor IPv6)`): `-1` is MindCluster's
+    failed-query sentinel (ascend-operator pkg/ranktable/common/common.go validateDeviceIP),
+    `-.-.-.-` GPUStack's (gpustack/gpustack issues 2551, 2821).
     """
     if not text.strip():
         return "no address"

@@ -21,7 +21,9 @@ from ascend_node.identity import check_run_id, run_id_from_volcano_hosts
 from ascend_node.preflight.policy import parse_policy
 
 DEFAULT_HCCL_JSON = "/user/serverid/devindex/config/hccl.json"
-"""Where MindCluster's Ascend Operator mounts the rank table it writes (facts §2.4)."""
+"""Where MindCluster's Ascend Operator mounts the rank table it writes (Ascend/mind-cluster
+component/ascend-operator/pkg/ranktable/ and
+docs/zh/scheduling/06_api/14_hccl.json_file_description.md)."""
 
 
 class Settings(BaseModel):

@@ -1,10 +1,11 @@
 """Which Atlas A3 super pod this node belongs to, and each device's super_device_id.
 
-HCCL's rank table v1.2 (A3 SuperPoD mode) needs, per device, the `super_device_id`
-(SDID) that `npu-smi info -t spod-info -i <npu> -c <chip>` prints, and per server the
-super pod it sits in (facts §1.3, §2.2). `npu-smi` addresses a device by module (NPU ID)
-and die (Chip ID), not by the physical id the rank table uses, so `npu-smi info -m`
-maps one to the other first (an A3 module holds two dies, each its own device, §1.5).
+HCCL's rank table v1.2 (A3 SuperPoD mode) needs, per device, the `super_device_id` (SDID)
+that `npu-smi info -t spod-info -i <npu> -c <chip>` prints, and per server the super pod it
+sits in (hicann/hccl docs/zh/user_guide/.../rank_table_config_a3.md). `npu-smi` addresses a
+device by module (NPU ID) and die (Chip ID), not by the physical id the rank table uses, so
+`npu-smi info -m` maps one to the other first (an A3 module holds two dies, each its own
+device: same doc).
 
 No capture of real spod-info output exists in this project: the parser follows the
 documented "key : value" lines with the keys `SDID`, `Super Pod ID`, `Super Pod Size`,

@@ -91,7 +91,8 @@ def test_parse_npu_smi_mapping_on_the_910a_capture(hccn_capture: Captures) -> No
 
 
 def test_parse_npu_smi_mapping_prefers_phy_id_and_skips_mcu_rows() -> None:
-    # A3 layout (facts §1.3): `Chip Phy-ID` before `Chip Name`; the Mcu row has `-` ids.
+    # A3 layout: `Chip Phy-ID` before `Chip Name`; the Mcu row has `-` ids (Ascend/mind-cluster
+    # component/ascend-faultdiag/.../ascend_fd_tk/core/common/chip_generation.py).
     pad = " " * 24
     rows = [["NPU ID", "Chip ID", "Chip Logic ID", "Chip Phy-ID", "Chip Name"]]
     rows += [[str(n), str(c), str(2 * n + c), str(2 * n + c + 16), "Ascend910"]
@@ -498,7 +499,8 @@ def test_check_device_ips_accepts_or_raises_device_error(pairs: list[tuple[int, 
 
 
 def test_query_ips_reads_an_ipv6_only_device_from_the_inet6_query(fp: Any) -> None:
-    # Formats from facts §1.1: `ipv6_address:` / `prefix_length:`.
+    # `ipv6_address:` / `prefix_length:`, as Ascend/mind-cluster's faultdiag parses them
+    # (component/ascend-faultdiag/.../ascend_fd/pkg/parse/root_cluster/rc_parse_job.py).
     fp.register(ip_cmd(0), stdout="\n")
     fp.register(ip6_cmd(0), stdout="ipv6_address:2001:db8::10\nprefix_length:64\n")
     devices, raw = query_ips([0], HCCN, 2.0, hccn_conf=None)

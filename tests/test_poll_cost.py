@@ -1,10 +1,11 @@
 """What a poll costs, and the NFS rule: revalidate a directory before reading a file in it.
 
 A Linux NFS client at default mounts caches negative lookups until the parent directory's
-attributes expire (30-60 s); opening the directory first makes it look again
-(nfs(5) `lookupcache`, close-to-open; measured: docs/rendezvous.md, "Network filesystems"). These tests record every `os.open` of a waiting pod and
-check, poll by poll, that each file another pod writes is read only after the directory
-holding it was opened in the same poll — and that the cost stays O(1) for a follower.
+attributes expire (30-60 s); opening the directory first makes it look again (nfs(5)
+`lookupcache`, close-to-open; measured: docs/rendezvous.md, "Network filesystems"). These
+tests record every `os.open` of a waiting pod and check, poll by poll, that each file
+another pod writes is read only after the directory holding it was opened in the same poll —
+and that the cost stays O(1) for a follower.
 """
 
 from __future__ import annotations

@@ -216,7 +216,8 @@ def check_hccn_conf(
 ) -> CheckResult:
     """`device.hccn_conf`: /etc/hccn.conf agrees with the live addresses when present.
 
-    A stale file is a warning, not a failure: the live value wins (facts §1.2), but a
+    A stale file is a warning, not a failure: the live value wins (HCCL compares the NIC's
+    IP, EI0014 in hicann/hccl fault_diagnosis/rank_table_load_fail.md), but a
     script that reads the file (hccl_tools, HIXL) would build a wrong table from it.
     """
     if conf is None:

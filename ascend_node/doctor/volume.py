@@ -3,7 +3,7 @@
 The rendezvous is fast on a network filesystem only because every wait opens the
 directory it watches before looking for a file in it: on NFS that open revalidates the
 directory (close-to-open) and drops the cached negative lookups that would otherwise
-hide a peer's file for 30-60 s (`rendezvous/freshness.py`, `shared/reference/nfs.md`).
+hide a peer's file for 30-60 s (`rendezvous/freshness.py`; nfs(5); docs/rendezvous.md).
 A mount option that switches close-to-open off (`nocto`) defeats that, and a shared
 directory on the container's own overlay is not shared at all; doctor says so before a
 job waits on it. The mount table comes from `/proc/self/mountinfo` (proc(5)).

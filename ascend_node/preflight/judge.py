@@ -2,9 +2,9 @@
 
 HCCL needs one TLS switch on every device of every node (EI0016 at root-info init) and
 every device's RoCE link UP; a net health other than Success or Init (MindCluster treats
-both as healthy, facts §1.1) often recovers and is reported, not fatal. A member that
-published no facts (preflight off there, or an older agent) is skipped: its absence is
-not evidence of a fault.
+both as healthy: Ascend/mind-cluster component/ascend-common/devmanager/common/
+constants.go) often recovers and is reported, not fatal. A member that published no facts
+(preflight off there, or an older agent) is skipped: its absence is not evidence of a fault.
 """
 
 from __future__ import annotations

@@ -1,8 +1,10 @@
 """HCCL rank table: build it, render it byte-identically, and lint it.
 
-Why one package does all three: the builder and the validator encode the same rules
-(ascend-facts.md §2, §3.2; mindie-checks.md). Every table `build_rank_table` makes must
-pass `validate_rank_table`, and the tests hold the two to that.
+Why one package does all three: the builder and the validator encode the same rules (HCCL:
+hicann/hccl docs/zh/user_guide/.../rank_table_config_a2.md, _a3.md; MindIE: MindIE-LLM
+src/config_manager/ranktable_config.cpp, atb_llm/utils/env.py @8b4871a). Every table
+`build_rank_table` makes must pass `validate_rank_table`, and the tests hold the two to
+that.
 
 Modules: `build` (the table from the membership), `version` (v1.0 or v1.2), `render` (its
 canonical text), `readers` (master IP, world size, this node's entry), `validate` (document

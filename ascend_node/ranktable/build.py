@@ -1,7 +1,7 @@
 """Build the HCCL rank table (v1.0, or v1.2 for an A3 SuperPoD) from the run's membership.
 
 The builder is pure and linear in the number of devices. Every table it makes must pass
-`validate_rank_table` (the two encode the same rules, ascend-facts.md §2, §3.2), and the
+`validate_rank_table` (the two encode the same rules, listed in `ascend_node.ranktable`), and the
 tests hold the two to that.
 """
 

@@ -4,7 +4,7 @@ Checked before the table rules so `ascend-node validate` (and doctor) report a f
 would refuse outright, e.g. a group-readable-and-writable mode, next to any content problems.
 
 These are MindIE's rules (its C++ ``IsFileValid`` and atb_llm's path check,
-mindie-checks.md "The file"), not HCCL's: with ``target="hccl"`` only what any reader needs
+MindIE-LLM @8b4871a, run 2026-04), not HCCL's: with ``target="hccl"`` only what any reader needs
 is judged (the file exists, is a regular file, is not empty, and is UTF-8 JSON), so
 MindCluster's own ``hccl.json`` (written 0644, and seen in the pod through a mount)
 passes for HCCL as it does for the training frameworks that read it. An owner asked for
@@ -36,7 +36,8 @@ def validate_file(
 ) -> list[Problem]:
     """File rules (path "file"), then the table rules of ``target``.
 
-    For ``target="mindie"`` this mirrors mindie-checks.md "The file": not a symlink, a
+    For ``target="mindie"`` this mirrors MindIE's file checks (MindIE-LLM
+    src/utils/log/file_utils.cpp, atb_llm/utils/env.py @8b4871a): not a symlink, a
     regular file of 1 byte..10 MiB,
     mode 0640 or stricter in every permission triad, owned by ``check_owner_uid`` when given
     (MindIE wants the uid that runs it; root is not exempt), a real path of

@@ -54,9 +54,10 @@ def validate_rank_table(doc: Any, target: Target = "mindie") -> list[Problem]:
     ``status`` completed, ``server_count`` consistent, unique ``server_id`` (<= 64 chars),
     unique device ids per server, usable and unique device IPs of one family, rank ids
     canonical, unique, contiguous from 0 and never interleaved between servers.
-    ``target="mindie"`` adds MindIE's own checks (mindie-checks.md): 2..60 servers, 1..32 equal
-    devices per server, ``container_ip`` a unique usable IP, ``server_id`` an IP, ``device_id``
-    0..63, ``rank_id`` 0..511, strings <= 256 chars, the rank-``"0"`` server listed first.
+    ``target="mindie"`` adds MindIE's own checks (MindIE-LLM ranktable_config.cpp): 2..60
+    servers, 1..32 equal devices per server, ``container_ip`` a unique usable IP,
+    ``server_id`` an IP, ``device_id`` 0..63, ``rank_id`` 0..511, strings <= 256 chars, the
+    rank-``"0"`` server listed first.
     See the docstring of `ascend_node.ranktable.validate` for the decisions the sources leave
     open. Never raises on ``doc``.
     """

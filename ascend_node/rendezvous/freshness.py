@@ -4,7 +4,7 @@ A Linux NFS client mounted with the default options (`lookupcache=all`) caches e
 lookup, *negative ones included*, until the parent directory's cached attributes expire:
 `acdirmin` 30 s, growing to `acdirmax` 60 s while the directory looks unchanged (nfs(5)).
 A pod that opened `outcome.json` before node 0 wrote it keeps getting ENOENT for up to a
-minute. Measured on two real clients of a kernel nfsd (`shared/reference/nfs.md`): opening
+minute. Measured on two real clients of a kernel nfsd (docs/rendezvous.md, benchmarks.md): opening
 and closing the parent directory right before the `open()` makes the client revalidate
 the directory (close-to-open applies to directories too), notice that it changed, drop
 the cached lookups below it and see the file within one poll; `stat()` of the directory

@@ -61,7 +61,7 @@ exit 1
 
 FAKE_DAEMON_SCRIPT = r"""#!/bin/sh
 # Fake mindieservice_daemon (ascend-node simulation): checks what MindIE checks at
-# start (mindie-checks.md), records its PID and environment, prints MindIE's success
+# start (MindIE-LLM src/config_manager @8b4871a), records its PID and environment, prints MindIE's success
 # line and exits (a real daemon would serve; ASCEND_NODE_SIM_SERVE=1 keeps it up).
 fail() { echo "fake daemon: $*" >&2; exit 1; }
 [ -n "$MIES_CONTAINER_IP" ] || fail "MIES_CONTAINER_IP is not set"
@@ -125,8 +125,8 @@ class SuperPodSeat:
 
 
 def spod_info_text(sdid: int, seat: SuperPodSeat) -> str:
-    """spod-info output as the facts describe it (ascend-facts §1.3: SDID, Super Pod ID,
-    Super Pod Size, Server Index). No real capture exists: the layout (tab, key padded
+    """spod-info output as hicann/hccl rank_table_config_a3.md describes it (SDID, Super Pod
+    ID, Super Pod Size, Server Index). No real capture exists: the layout (tab, key padded
     to 31, " : ") copies the real `npu-smi info -i 0 -c 0 -t board` capture in
     fixtures/hccn/kg-npu_info.txt."""
     rows = (("SDID", sdid), ("Super Pod Size", seat.size), ("Super Pod ID", seat.super_pod_id),
@@ -135,7 +135,11 @@ def spod_info_text(sdid: int, seat: SuperPodSeat) -> str:
 
 
 def a3_chip(device_id: int) -> tuple[int, int]:
-    """A3: 8 modules x 2 dies; physical id 2n and 2n+1 are NPU n, chips 0 and 1 (facts §1.5)."""
+    """A3: 8 modules x 2 dies; physical id 2n and 2n+1 are NPU n, chips 0 and 1.
+
+    8 x 2: Ascend/mind-cluster docs/en/scheduling/usage/basic_scheduling/01_affinity_scheduling/
+    03_ascend_ai_processor_based_affinity.md; the 2n/2n+1 numbering is from third-party test
+    mocks (vllm-ascend cpu_binding unit test), not an official capture."""
     return device_id // 2, device_id % 2
 
 
@@ -208,7 +212,7 @@ def write_node_data(data_dir: Path, devices: list[FakeDevice],
         rows = ["\tNPU ID    Chip ID    Chip Logic ID    Chip Name"]
         rows += [f"\t{d.device_id}    0    {d.device_id}    Ascend 910B3" for d in devices]
     else:
-        # The A3 header adds Chip Phy-ID (facts §1.3); each module also lists its Mcu.
+        # The A3 header adds Chip Phy-ID (mind-cluster chip_generation.py); each module also lists its Mcu.
         rows = ["\tNPU ID    Chip ID    Chip Logic ID    Chip Phy-ID    Chip Name"]
         for d in devices:
             npu, chip = a3_chip(d.device_id)
