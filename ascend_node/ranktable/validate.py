@@ -5,7 +5,7 @@ with a JSON path and a one-line message that names the bad value (`ascend-node v
 prints them all at once, so an operator fixes a hand-written table in one pass instead of
 one MindIE restart per mistake).
 
-Decisions the facts leave open (documented here because `validate` users meet them):
+Decisions the sources leave open (documented here because `validate` users meet them):
 
 * ``target="mindie"`` applies HCCL's rules *and* MindIE's. MindIE's model runner hands the
   same file (``RANK_TABLE_FILE``) to HCCL, so a table MindIE accepts but HCCL rejects still
