@@ -1,10 +1,10 @@
 """The files a bootstrap leaves in the container: table copy, env script, status.
 
 `RANK_TABLE_FILE` points at the local copy, which MindIE checks strictly (MindIE-LLM
-src/config_manager and src/utils file checks @8b4871a, run 2026-04): a regular file, not a
-link, owned by the uid that runs the server, mode 0640 or stricter, a path of
-`[0-9a-zA-Z_./-]` no longer than 256. Everything here is written atomically, so a SIGTERM or
-a full disk leaves the previous file or none, never half of one.
+src/utils/log/file_utils.cpp and atb_llm/utils/env.py @8b4871a (2026-04), run on test
+files): a regular file, not a link, owned by the uid that runs the server, mode 0640 or
+stricter, a path of `[0-9a-zA-Z_./-]` no longer than 256. Everything here is written
+atomically, so a SIGTERM or a full disk leaves the previous file or none, never half of one.
 """
 
 from __future__ import annotations

@@ -2,10 +2,10 @@
 
 These are the rules `ascend-node validate` promises: HCCL's rank-table rules (hicann/hccl
 docs/zh/user_guide/.../rank_table_config_a2.md, _a3.md) and MindIE's (MindIE-LLM
-src/config_manager/ranktable_config.cpp and atb_llm/utils/env.py @8b4871a, run against
-hand-made tables, observed 2026-04; listed in ascend_node/ranktable/validate.py). Each case
-starts from a valid table, breaks one thing, and lists every problem expected for each
-target ("hccl": HCCL alone; "mindie": HCCL plus MindIE).
+src/config_manager/ranktable_config.cpp and atb_llm/utils/env.py @8b4871a (2026-04), run
+against hand-made tables; listed in ascend_node/ranktable/validate.py). Each case starts
+from a valid table, breaks one thing, and lists every problem expected for each target
+("hccl": HCCL alone; "mindie": HCCL plus MindIE).
 """
 
 from __future__ import annotations

@@ -17,10 +17,10 @@ check (only for settings that make checking impossible, e.g. `--peers` without a
 directory). Its only write is this node's facts file under
 `<shared>/.ascend-node/<run>/doctor/node-<g>.json` (with `--peers`).
 
-Remedies quote `hccn_tool` commands only where a public source gives them (MindIE-LLM
-docs/zh/user_guide/user_manual/rank_table_file_configuration.md for `-tls -s`; Ascend/
-mind-cluster docs/en/faultdiag/user_guide/03_collecting_logs.md for the `-g` queries);
-otherwise they describe the fix.
+Remedies quote `hccn_tool` commands only where a public source gives them: `-tls -s` from
+MindIE-LLM docs/zh/user_guide/user_manual/rank_table_file_configuration.md, the `-g`
+queries from Ascend/mind-cluster docs/en/faultdiag/user_guide/03_collecting_logs.md.
+Otherwise they describe the fix.
 
 Modules: `report` (results, report, exit code), `local` (this node's devices), `tables`
 (the rank table in use), `mindie_config` (MindIE's config.json), `processes` (/dev/davinciN

@@ -4,7 +4,7 @@ Checked before the table rules so `ascend-node validate` (and doctor) report a f
 would refuse outright, e.g. a group-readable-and-writable mode, next to any content problems.
 
 These are MindIE's rules (its C++ ``IsFileValid`` and atb_llm's path check,
-MindIE-LLM @8b4871a, run 2026-04), not HCCL's: with ``target="hccl"`` only what any reader needs
+MindIE-LLM @8b4871a), not HCCL's: with ``target="hccl"`` only what any reader needs
 is judged (the file exists, is a regular file, is not empty, and is UTF-8 JSON), so
 MindCluster's own ``hccl.json`` (written 0644, and seen in the pod through a mount)
 passes for HCCL as it does for the training frameworks that read it. An owner asked for
