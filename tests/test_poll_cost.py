@@ -13,6 +13,7 @@ import os
 import stat
 import time
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
@@ -31,16 +32,19 @@ class _Stop(Exception):
 Poll = list[tuple[str, str]]  # ("dir" | "file", path) in the order opened
 
 
-def record_polls(tmp_path: Path, nodes: int, me: int, monkeypatch, polls: int = 6
+def record_polls(tmp_path: Path, nodes: int, me: int, monkeypatch, polls: int = 6,
+                 on_nap: Callable[[int], None] = lambda k: None, absent: tuple[int, ...] = ()
                  ) -> list[Poll]:
     """Run node `me` of an attempt where every node but the last is present; stop after
-    `polls` sleeps and return what each poll opened."""
+    `polls` sleeps and return what each poll opened ("dir", "file") or listed ("list":
+    node 0 only; a follower that lists fails the test). `on_nap(k)` runs at the k-th
+    sleep (the peers acting meanwhile)."""
     tmp_path.mkdir()
     paths = RunPaths(tmp_path, "run-1")
     write_doc(paths.attempt_file, AttemptDoc(run_id="run-1", attempt_id="a1", opened_by="uid-0",
                                              node_count=nodes, master_count=1), tmp_path)
     for index in range(nodes - 1):
-        if index != me:
+        if index != me and index not in absent:
             write_doc(paths.slot("a1", index), member(index, nodes=nodes), tmp_path)
     ident = NodeIdentity("master" if me == 0 else "worker", max(me - 1, 0), 1, nodes - 1,
                          data(me).pod_ip, data(me).host_ip, f"uid-{me}")
@@ -55,18 +59,25 @@ def record_polls(tmp_path: Path, nodes: int, me: int, monkeypatch, polls: int = 
             current.append((kind, str(path)))
         return fd
 
+    real_scandir = os.scandir
+
     def no_listing(*args, **kwargs):
-        raise AssertionError("a waiting pod listed a directory")
+        raise AssertionError("a waiting follower listed a directory")
+
+    def recording_scandir(path):
+        current.append(("list", str(path)))
+        return real_scandir(path)
 
     def sleep(_seconds: float) -> None:
         recorded.append(list(current))
         current.clear()
         if len(recorded) == polls:
             raise _Stop
+        on_nap(len(recorded))
 
     monkeypatch.setattr(os, "open", recording_open)
     monkeypatch.setattr(os, "listdir", no_listing)
-    monkeypatch.setattr(os, "scandir", no_listing)
+    monkeypatch.setattr(os, "scandir", recording_scandir if me == 0 else no_listing)
     rdzv = Rendezvous(paths, ident, data(me), deadline=time.monotonic() + 60, timeout=60,
                       progress_interval=1e9, sleep=sleep)
     with pytest.raises(_Stop):
@@ -81,6 +92,8 @@ def assert_each_read_follows_its_dir(polls: list[Poll]) -> None:
         for kind, path in poll:
             if kind == "dir":
                 seen_dirs.add(path)
+            elif kind == "list":
+                assert path in seen_dirs, f"poll {number} listed {path} unrevalidated: {poll}"
             else:
                 assert str(Path(path).parent) in seen_dirs, (
                     f"poll {number} read {path} before revalidating its directory: {poll}")
@@ -100,12 +113,42 @@ def test_follower_poll_is_constant_and_revalidates_first(tmp_path, monkeypatch):
     assert_each_read_follows_its_dir(small + large)
 
 
+def _slot_reads(poll: Poll) -> list[str]:
+    return [Path(p).name for kind, p in poll if kind == "file" and "node-" in p]
+
+
 def test_node0_revalidates_before_reading_slots(tmp_path, monkeypatch):
     polls = record_polls(tmp_path / "n8", 8, 0, monkeypatch)[1:]
     assert_each_read_follows_its_dir(polls)
     for poll in polls:
         dirs = [p for kind, p in poll if kind == "dir"]
         assert len(dirs) == len(set(dirs)) <= 2, poll  # once per directory per poll
+        listed = [p for kind, p in poll if kind == "list"]
+        assert all(p in dirs for p in listed), poll  # a listing follows its revalidation
+
+
+def test_node0_reads_a_slot_once_and_then_only_new_slots(tmp_path, monkeypatch):
+    """Node 0's cost per poll grows with the slots that are new, not with N: a slot read
+    and validated once is not read again in the attempt while the directory's listing
+    shows it unchanged; a slot that arrives later is the only one read."""
+    paths = RunPaths(tmp_path / "n16", "run-1")
+
+    def node14_arrives(k: int) -> None:
+        if k == 3:
+            write_doc(paths.slot("a1", 14), member(14, nodes=16), tmp_path / "n16")
+
+    polls = record_polls(tmp_path / "n16", 16, 0, monkeypatch, polls=8,
+                         on_nap=node14_arrives, absent=(14,))
+    # the first poll (publishing its own slot, then the first look) reads the 14 present
+    # slots (0-13) once; later polls read nothing, except node 14's slot once it is there
+    first = _slot_reads(polls[0]) + _slot_reads(polls[1])
+    assert sorted(set(first)) == sorted(f"node-{i}.json" for i in range(14))
+    assert len(first) == len(set(first))  # each once
+    later = [name for poll in polls[2:] for name in _slot_reads(poll)]
+    assert later == ["node-14.json"]
+    # and with nothing new, a poll is two directory opens and no listing at all
+    quiet = polls[-1]
+    assert [kind for kind, _ in quiet] == ["dir", "dir"], quiet
 
 
 def test_missing_directory_is_revalidated_from_the_nearest_ancestor(tmp_path, monkeypatch):
