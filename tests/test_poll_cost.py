@@ -9,6 +9,7 @@ holding it was opened in the same poll — and that the cost stays O(1) for a fo
 
 from __future__ import annotations
 
+import hashlib
 import os
 import stat
 import time
@@ -18,8 +19,10 @@ from typing import Callable
 import pytest
 
 from ascend_node.identity import NodeIdentity
-from ascend_node.rendezvous import freshness
-from ascend_node.rendezvous.models import AttemptDoc
+from ascend_node.ranktable import build_rank_table, render_rank_table
+from ascend_node.rendezvous import cadence, freshness
+from ascend_node.rendezvous.models import AttemptDoc, OutcomeDoc, TableRecord
+from ascend_node.rendezvous.participant import to_server
 from ascend_node.rendezvous.protocol import Rendezvous
 from ascend_node.rendezvous.store import RunPaths, write_doc
 from tests.rdzv_docs import data, member
@@ -227,3 +230,67 @@ def test_a_directory_watched_for_long_is_listed_now_and_then(tmp_path, monkeypat
     assert len(listings) == 1
     poll_at(2.0 + gap)
     assert len(listings) == 2
+
+
+def _real_outcome(nodes: int) -> OutcomeDoc:
+    """The verdict node 0 would write for `nodes` members of tests.rdzv_docs."""
+    members = [member(i, nodes=nodes) for i in range(nodes)]
+    text = render_rank_table(build_rank_table([to_server(m.data) for m in members], "auto"))
+    return OutcomeDoc(run_id="run-1", attempt_id="a1", result="table",
+                      members=tuple(TableRecord(global_index=m.data.global_index,
+                                                incarnation=m.incarnation,
+                                                digest=m.data.digest()) for m in members),
+                      ranktable_text=text,
+                      ranktable_sha256=hashlib.sha256(text.encode()).hexdigest())
+
+
+def test_a_calm_follower_glances_and_sees_the_verdict_at_its_next_poll(tmp_path, monkeypatch):
+    """Once calm, a waiting follower's poll is one directory open (a GETATTR on NFS), with
+    a full look every LOOK_EVERY s; node 0's verdict, announced by a nudge of the run
+    directory, is taken at the very next poll."""
+    nodes, me = 4, 2
+    paths = RunPaths(tmp_path, "run-1")
+    write_doc(paths.attempt_file, AttemptDoc(run_id="run-1", attempt_id="a1", opened_by="uid-0",
+                                             node_count=nodes, master_count=1), tmp_path)
+    for index in (0, 1, 3):
+        write_doc(paths.slot("a1", index), member(index, nodes=nodes), tmp_path)
+    now = [1000.0]
+    polls: list[tuple[float, Poll]] = []
+    current: Poll = []
+    real_open = os.open
+
+    def recording_open(path, flags, *args, **kwargs):
+        fd = real_open(path, flags, *args, **kwargs)
+        if not flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT):
+            current.append(("dir" if stat.S_ISDIR(os.fstat(fd).st_mode) else "file",
+                            str(path)))
+        return fd
+
+    published_at: list[int] = []
+
+    def sleep(seconds: float) -> None:
+        polls.append((now[0], list(current)))
+        current.clear()
+        now[0] += seconds
+        if now[0] >= 1040.0 and not published_at:
+            write_doc(paths.outcome("a1"), _real_outcome(nodes), tmp_path)
+            freshness.nudge(paths.root)
+            published_at.append(len(polls))
+
+    monkeypatch.setattr(os, "open", recording_open)
+    ident = NodeIdentity("worker", me - 1, 1, nodes - 1, data(me).pod_ip, data(me).host_ip,
+                         f"uid-{me}")
+    rdzv = Rendezvous(paths, ident, data(me), deadline=now[0] + 600, timeout=600,
+                      progress_interval=1e9, clock=lambda: now[0], sleep=sleep)
+    outcome = rdzv.run()
+    monkeypatch.undo()
+    assert outcome.result == "table"
+    assert len(polls) == published_at[0]  # no nap between the nudge and the verdict
+    calm = [(t, poll) for t, poll in polls if 1000.0 + cadence.FAST_FOR + 0.5 <= t < 1040.0]
+    glances = [poll for _, poll in calm if len(poll) == 1]
+    assert all(poll == [("dir", str(paths.root))] for poll in glances)
+    span = calm[-1][0] - calm[0][0]
+    opens = sum(len(poll) for _, poll in calm)
+    # a glance per GLANCE_EVERY (+-20 %) and a full look (5 opens) per LOOK_EVERY
+    assert len(calm) - len(glances) <= span / cadence.LOOK_EVERY + 1
+    assert opens / span <= 1.25 / cadence.GLANCE_EVERY + 5 / cadence.LOOK_EVERY
