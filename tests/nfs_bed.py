@@ -106,6 +106,12 @@ if [ "$BED_ROLE" = server ]; then
   done
   while :; do sleep 3600; done
 fi
+# Each client needs its own name: the NFSv4 client owner it presents to the server is
+# built from the hostname, and two guests with the same one are one client to nfsd, which
+# then tears down one's session whenever the other (re)establishes its own (a storm of
+# EXCHANGE_ID/CREATE_SESSION/DESTROY_SESSION and, now and then, a client frozen for
+# seconds: bench/bench_nfs_stall.py). BED_SAME_NAME=1 keeps the old, shared name.
+[ "$BED_SAME_NAME" = 1 ] || echo "nfsbed-client-$BED_CLIENT" > /proc/sys/kernel/hostname
 for m in sunrpc lockd nfs nfsv3 nfsv4; do /run/modprobe "$m" || fail "modprobe $m"; done
 rpcbind -w || fail rpcbind
 rpc.statd --no-notify 2>/dev/null
@@ -306,8 +312,9 @@ class Bed:
 
     def __init__(self, work: Path, vers: str = "4.2", options: str = "", clients: int = 2,
                  mem: str = "384M", boot_timeout: float = 90.0, delegations: bool = True,
-                 grace: int = 10, lease: int = 10) -> None:
+                 grace: int = 10, lease: int = 10, same_name: bool = False) -> None:
         self.work = Path(work)
+        self.same_name = same_name  # True: every client guest keeps one hostname (the old bed)
         self.grace = grace  # nfsd's NFSv4 grace period and lease time, seconds
         self.lease = lease
         self.delegations = delegations  # False: the server grants no NFSv4 delegations
@@ -381,6 +388,7 @@ class Bed:
                 "BED_OPTS": self.options, "BED_CLIENT": str(c),
                 "BED_RESULTS": str(self.work / "results"), "BED_RESULTS_GUEST": "/run/results",
                 "BED_PYTHON": sys.executable, "BED_RUNNER": str(self.work / "runner.py"),
+                "BED_SAME_NAME": "1" if self.same_name else "",
             })
         deadline = t0 + self.boot_timeout
         self.server_ready = self._expect(self.guests[0], "ready server", deadline)
