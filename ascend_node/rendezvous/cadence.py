@@ -74,3 +74,37 @@ def node0_lists(dir_changed: bool, changed_last_poll: bool, now: float,
     second change within the same tick of the server's clock leaves the mtime as it
     was); and every `LOOK_EVERY` s whatever the directory says."""
     return dir_changed or changed_last_poll or now - last_listing >= LOOK_EVERY
+
+
+# What each kind of poll costs an NFS server, measured on the test bed (kernel nfsd, Linux
+# clients, v4.2 and v3 at default mounts; bench/bench_nfs_cost.py, docs/benchmarks.md).
+GLANCE_RPCS = 1.0
+"""A glance: one GETATTR (the directory open's close-to-open revalidation)."""
+
+LOOK_RPCS = 5.0
+"""A full look: two directory GETATTRs, then attempt.json, the outcome and the own slot
+(OPEN/READ/CLOSE on v4 unless a delegation spares them, LOOKUP/ACCESS/READ on v3)."""
+
+COMPLETE_RPCS_PER_NODE = 30.0
+"""RPCs per pod of a completing rendezvous, from the last pod's start to every pod holding
+the table: its own publish and reads, node 0's listing and settle read of its slot, each
+follower's look at the verdict (bench/bench_nfs_cost.py fits a·N + b; a ≈ 30 measured)."""
+
+
+def follower_rpcs_per_second(poll_interval: float, calm: bool) -> float:
+    """What one waiting follower asks of the server, on average."""
+    if not calm:
+        return LOOK_RPCS / poll_interval
+    return (GLANCE_RPCS / max(poll_interval, GLANCE_EVERY)
+            + (LOOK_RPCS - GLANCE_RPCS) / max(LOOK_EVERY, poll_interval))
+
+
+def node0_rpcs_per_second(poll_interval: float) -> float:
+    """Node 0 while nothing arrives: two directory GETATTRs per poll."""
+    return 2 * GLANCE_RPCS / poll_interval
+
+
+def job_rpcs_per_second(node_count: int, poll_interval: float, calm: bool = True) -> float:
+    """A job of `node_count` pods, all but node 0 waiting: its load on the server."""
+    return (max(node_count - 1, 0) * follower_rpcs_per_second(poll_interval, calm)
+            + node0_rpcs_per_second(poll_interval))
