@@ -2,7 +2,9 @@
 
 Two client guests of tests/nfs_bed.py and one kernel nfsd. Node 0 runs alone on client 0,
 every other pod on client 1, so each client's `/proc/self/mountstats` delta is one role's
-cost: client 0 is node 0, client 1 divided by its pods is one follower. The server's own
+cost: client 0 is node 0, client 1 divided by its pods is one follower. Pods that share a
+client share its caches (one OPEN of the verdict serves them all), so `--per-pod` boots one
+client guest per pod instead, as in a real job (one pod per node). The server's own
 counters (`/proc/net/rpc/nfsd`: NFSv4 COMPOUNDs, or NFSv3 calls) give the total it served.
 
 Two phases per N:
@@ -74,8 +76,33 @@ def ops_line(ops: Mapping[str, float], scale: float = 1.0) -> str:
     return ", ".join(f"{k} {v * scale:.2f}" for v, k in shown)
 
 
+PER_POD = False  # --per-pod: pod i on client i (every pod its own NFS client, as in a job)
+
+
 def place(index: int) -> int:
+    if PER_POD:
+        return index
     return 0 if index == 0 else 1
+
+
+def follower_counts(counters: list[dict[str, int]], before: list[dict[str, int]], n: int
+                    ) -> dict[str, int]:
+    """The followers' RPCs, summed over the clients they run on."""
+    out: dict[str, int] = {}
+    clients = range(1, n - 1) if PER_POD else range(1, 2)
+    for c in clients:
+        for k, v in delta(counters[c], before[c]).items():
+            out[k] = out.get(k, 0) + v
+    return out
+
+
+def all_counts(counters: list[dict[str, int]], before: list[dict[str, int]]
+               ) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for a, b in zip(counters, before):
+        for k, v in delta(a, b).items():
+            out[k] = out.get(k, 0) + v
+    return out
 
 
 def pods(bed: Bed, n: int, run_id: str, timeout: float, src: str,
@@ -103,7 +130,7 @@ def wait_phase(bed: Bed, vers: str, n: int, args: argparse.Namespace) -> dict:
     seconds = t1 - t0
     followers = n - 2  # present on client 1
     node0 = delta(c1[0], c0[0])
-    fol = delta(c1[1], c0[1])
+    fol = follower_counts(c1, c0, n)
     total, per = server_rpcs(s1, s0, vers)
     codes = sorted({r.exit_code for r in results})
     return {"seconds": seconds, "node0": node0, "follower": fol, "followers": followers,
@@ -125,9 +152,7 @@ def complete_phase(bed: Bed, vers: str, n: int, args: argparse.Namespace) -> dic
     lags = [r.table_mtime - node0.table_mtime for r in results
             if r.index != 0 and r.table_mtime is not None and node0.table_mtime is not None]
     total, per = server_rpcs(s1, s0, vers)
-    ops = delta(c1[0], c0[0])
-    for k, v in delta(c1[1], c0[1]).items():
-        ops[k] = ops.get(k, 0) + v
+    ops = all_counts(c1, c0)
     return {"ok": ok, "server": total, "server_ops": per, "client_ops": ops, "lags": lags,
             "done": max(r.end for r in results) - bed.last_start}
 
@@ -153,7 +178,11 @@ def main() -> int:
     ap.add_argument("--phases", default="wait,complete")
     ap.add_argument("--src", default="", help="PYTHONPATH for the pods (an older copy)")
     ap.add_argument("--mem", default="512M")
+    ap.add_argument("--per-pod", action="store_true",
+                    help="one client guest per pod (as many guests as the largest N)")
     args = ap.parse_args()
+    global PER_POD
+    PER_POD = args.per_pod
     reason = why_not()
     if reason:
         print(f"bench_nfs_cost: cannot run: {reason}", file=sys.stderr)
@@ -164,8 +193,8 @@ def main() -> int:
     for vers in args.vers.split(","):
         waits: list[tuple[int, dict]] = []
         completes: list[tuple[int, dict]] = []
-        with Bed(Path(tempfile.mkdtemp(prefix="bench-nfs-cost-")), vers=vers, clients=2,
-                 mem=args.mem) as bed:
+        with Bed(Path(tempfile.mkdtemp(prefix="bench-nfs-cost-")), vers=vers,
+                 clients=max(sizes) if PER_POD else 2, mem=args.mem) as bed:
             print(f"vers={vers}: booted in {bed.boot_seconds:.1f} s; {bed.server_ready}",
                   flush=True)
             for n in sizes:
