@@ -28,7 +28,11 @@ directory that is watched for long is also listed now and then: at most every
 `LIST_EVERY` seconds, and no more often than `LIST_PER_ENTRY` seconds per entry it held
 last time, which bounds what each waiting pod asks of the server to 50 entries a second
 at any N (N followers listing an attempt directory of N slots: every 3.3 s at N = 64,
-every 22 s at N = 1000). A stall of this kind then lasts seconds, not forever.
+every 22 s at N = 1000); a calm follower lists only at its full looks (`cadence`), at
+most every 5 s. A stall of this kind then lasts seconds, not forever.
+
+`glance` is the cheap half of `cadence`: one directory open whose attributes say whether
+anything changed; `nudge` is node 0's way of making that so.
 """
 
 from __future__ import annotations
