@@ -7,6 +7,8 @@ full look per LOOK_EVERY seconds, and sees node 0's verdict within a glance of i
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from ascend_node.rendezvous import cadence
@@ -101,3 +103,23 @@ def test_node0_waits_for_a_calm_follower_to_object():
         wait = cadence.settle_wait(poll)
         assert wait >= max(poll, GLANCE_EVERY) * 1.2 + poll
         assert wait >= 1.5 * poll
+
+
+ROOT = "22 1 8:1 / / rw,relatime - ext4 /dev/sda1 rw"
+NFS = ("412 380 0:61 / /mnt/model rw,relatime shared:210 - nfs4 10.0.0.1:/export "
+       "rw,vers=4.2,hard,proto=tcp,sec=sys,addr=10.0.0.1")
+SSHFS = ("415 380 0:64 / /mnt/model rw,nosuid,nodev,relatime - fuse.sshfs "
+         "root@10.0.0.1:/export rw,user_id=0,group_id=0")
+
+
+@pytest.mark.parametrize(("lines", "path", "current"), [
+    ([ROOT], "/data", True),                   # a local disk
+    ([ROOT, NFS], "/mnt/model/shared", True),  # NFS revalidates on open
+    ([ROOT, SSHFS], "/mnt/model/shared", False),  # FUSE caches attributes and listings
+    ([ROOT, SSHFS], "/mnt/modelx", True),      # a prefix of the name is not its parent
+    ([ROOT, NFS, SSHFS], "/mnt/model", False),  # the last of stacked mounts wins
+    (["garbage", ""], "/mnt/model", True),     # unreadable: assume current
+])
+def test_which_volumes_glances_and_listings_can_be_trusted_on(lines, path, current):
+    from ascend_node.rendezvous.freshness import attributes_are_current
+    assert attributes_are_current(Path(path), "\n".join(lines)) is current

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import secrets
 import time
 from collections.abc import Sequence
@@ -103,7 +104,7 @@ class Assembler(Participant):
             dir_changed = dir_stamp != seen_dir
             seen_dir = dir_stamp
             if cadence.node0_lists(dir_changed, changed_last_poll, now, last_listing) \
-                    or not cache:
+                    or not cache or not self.fresh.attributes_current:
                 last_listing = now
                 slots = self._scan_slots(attempt_id, cache)
             changed_last_poll = dir_changed
@@ -216,7 +217,17 @@ class Assembler(Participant):
         """Every slot's state, from one listing of the attempt directory: a slot is read
         only when it is new or its (inode, size, mtime) differs from when it was read."""
         directory = self.fresh.file(self.paths.slot(attempt_id, 0)).parent
-        listed = list_files(directory) or {}
+        if self.fresh.attributes_current:
+            listed = list_files(directory) or {}
+        else:  # FUSE: listings may be old, lookups by name are not (a stat per slot)
+            listed = {}
+            for index in range(self.identity.node_count):
+                path = self.paths.slot(attempt_id, index)
+                try:
+                    st = os.stat(path, follow_symlinks=False)
+                except OSError:
+                    continue
+                listed[path.name] = (st.st_ino, st.st_size, st.st_mtime_ns)
         slots: dict[int, decide.SlotState] = {}
         for index in range(self.identity.node_count):
             stamp = listed.get(self.paths.slot(attempt_id, index).name)

@@ -44,7 +44,8 @@ class Follower(Participant):
         while True:
             now = self.clock()
             glance = self.fresh.glance(self.paths.root)
-            changed = glance != seen
+            # (a FUSE volume may show a directory's old attributes: every poll looks)
+            changed = glance != seen or not self.fresh.attributes_current
             seen = glance
             if not cadence.follower_looks(now, busy_since, last_look, changed,
                                           self.poll_interval):

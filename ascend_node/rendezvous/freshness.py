@@ -86,6 +86,32 @@ def nudge(path: Path) -> None:
         os.close(fd)
 
 
+def attributes_are_current(path: Path, mountinfo: Optional[str] = None) -> bool:
+    """False when `path` lies on a FUSE filesystem (sshfs and the like): those cache a
+    directory's attributes and listing for seconds (sshfs: `cache_timeout`, 20 s), so a
+    glance or a listing may not show a change that a lookup by name shows at once. NFS,
+    local disks and the rest revalidate on open. Reads /proc/self/mountinfo (proc(5)):
+    the longest mount point holding `path` decides; when it cannot be read, True."""
+    if mountinfo is None:
+        try:
+            mountinfo = Path("/proc/self/mountinfo").read_text(encoding="utf-8",
+                                                               errors="replace")
+        except OSError:
+            return True
+    real = os.path.realpath(path)
+    best, fs_type = -1, ""
+    for line in mountinfo.splitlines():
+        left, sep, right = line.partition(" - ")
+        fields, tail = left.split(), right.split()
+        if not sep or len(fields) < 5 or not tail:
+            continue
+        point = fields[4].replace("\\040", " ").rstrip("/") or "/"
+        inside = real == point or real.startswith(point + "/") or point == "/"
+        if inside and len(point) >= best:
+            best, fs_type = len(point), tail[0]
+    return not fs_type.startswith("fuse")
+
+
 def list_files(path: Path) -> Optional[dict[str, tuple[int, int, int]]]:
     """Each regular file in directory `path` -> (inode, size, mtime_ns): one listing
     (READDIR/READDIRPLUS, a few entries' worth of RPCs per hundred entries) instead of a
@@ -165,6 +191,14 @@ class Freshness:
         self.clock = clock
         self._done: dict[Path, bool] = {}
         self._next_listing: dict[Path, float] = {}
+        self._current: Optional[bool] = None
+
+    @property
+    def attributes_current(self) -> bool:
+        """Whether glances and listings of this volume can be trusted (once per pod)."""
+        if self._current is None:
+            self._current = attributes_are_current(self.trusted_root)
+        return self._current
 
     def new_poll(self) -> None:
         """Forget what was revalidated: the next read of each directory looks again."""
