@@ -75,6 +75,17 @@ def cpu_seconds(procs: list[subprocess.Popen[bytes]]) -> float:
 
 
 def main() -> int:
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        return run(procs)
+    finally:  # never leave waiting pods behind (an early exit, ^C)
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+
+def run(procs: list[subprocess.Popen[bytes]]) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--nodes", type=int, default=512)
     ap.add_argument("--devices", type=int, default=2)
@@ -91,7 +102,6 @@ def main() -> int:
                             extra_env={"ASCEND_NODE_PREFLIGHT": "off"}), work, shared)
     me = psutil.Process()
     t0 = time.monotonic()
-    procs: list[subprocess.Popen[bytes]] = []
     for k in range(0, n - 1, args.batch):
         for node in nodes[k:min(k + args.batch, n - 1)]:
             procs.append(start(node)[0])
