@@ -20,11 +20,14 @@ import argparse
 import json
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.nfs_bed import Bed, why_not
+
+SESSION_OPS = ("EXCHANGE_ID", "CREATE_SESSION", "DESTROY_SESSION", "RECLAIM_COMPLETE")
 
 POD = r'''
 import json, os, sys, time
@@ -61,6 +64,12 @@ def main() -> int:
     ap.add_argument("--trials", type=int, default=3)
     ap.add_argument("--no-delegations", action="store_true",
                     help="the server grants no NFSv4 delegations (fs.leases-enable=0)")
+    ap.add_argument("--same-name", action="store_true",
+                    help="both client guests keep one hostname (the bed before issue 20)")
+    ap.add_argument("--grace", type=int, default=10, help="nfsd's NFSv4 grace period, s")
+    ap.add_argument("--lease", type=int, default=10, help="nfsd's NFSv4 lease time, s")
+    ap.add_argument("--wait-grace", action="store_true",
+                    help="start the first trial only after the grace period is over")
     args = ap.parse_args()
     reason = why_not()
     if reason:
@@ -69,9 +78,15 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="bench-nfs-stall-"))
     pod = work / "stall_pod.py"
     pod.write_text(POD)
-    with Bed(work / "bed", vers="4.2", clients=2,
-             delegations=not args.no_delegations) as bed:
+    with Bed(work / "bed", vers="4.2", clients=2, delegations=not args.no_delegations,
+             grace=args.grace, lease=args.lease, same_name=args.same_name) as bed:
+        print(f"{bed.server_ready}; clients mounted {bed.boot_seconds:.1f} s after boot",
+              flush=True)
+        if args.wait_grace:
+            time.sleep(max(0.0, bed.server_ready_at + args.grace + 1 - time.monotonic()))
         for trial in range(args.trials):
+            before = bed.client_counters()
+            since = time.monotonic() - bed.server_ready_at
             nodes = bed.pods(4, devices=1, run_id=f"stall{trial}", timeout=60)
             for node in nodes:  # pod i runs on client i % 2
                 node.argv = [sys.executable, str(pod),
@@ -79,8 +94,13 @@ def main() -> int:
             results = bed.run(nodes, hard_timeout=60)
             worst = [json.loads(r.stdout.strip().splitlines()[-1])["worst"]
                      for r in results if r.index % 2 == 1 and r.stdout.strip()]
-            print(f"trial {trial + 1}: longest directory open on client 1: "
-                  + ", ".join(f"{w:.2f} s" for w in worst), flush=True)
+            after = bed.client_counters()
+            churn = [sum(a.get(op, 0) - b.get(op, 0) for op in SESSION_OPS)
+                     for a, b in zip(after, before)]
+            print(f"trial {trial + 1} ({since:.0f} s after nfsd started): longest directory "
+                  "open on client 1: " + ", ".join(f"{w:.2f} s" for w in worst)
+                  + "; session set-ups per client (EXCHANGE_ID, CREATE_SESSION, "
+                  f"DESTROY_SESSION, RECLAIM_COMPLETE): {churn}", flush=True)
     return 0
 
 

@@ -46,7 +46,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Optional
+from typing import IO, Callable, Optional
 
 from ascend_node.sim.cluster import SimNode, SimSpec, prepare
 from ascend_node.sim.fake_tools import write_node_data
@@ -95,10 +95,24 @@ if [ "$BED_ROLE" = server ]; then
   rpc.statd --no-notify 2>/dev/null
   # nfsd hands out NFSv4 delegations through the kernel's file leases: off, none.
   if [ "$BED_DELEGATIONS" = 0 ]; then echo 0 > /proc/sys/fs/leases-enable; fi
-  rpc.nfsd -G 10 -L 10 8 || fail rpc.nfsd
-  say "ready server $(cut -d' ' -f1 /proc/uptime)"
+  rpc.nfsd -G "${BED_GRACE:-10}" -L "${BED_LEASE:-10}" 8 || fail rpc.nfsd
+  say "ready server $(cut -d' ' -f1 /proc/uptime)" \
+    "grace $(cat /proc/fs/nfsd/nfsv4gracetime) lease $(cat /proc/fs/nfsd/nfsv4leasetime)"
+  # Console commands: `nfsd <k>` answers with nfsd's operation counters on one line.
+  stty -echo 2>/dev/null
+  while read -r cmd arg; do
+    case "$cmd" in
+      nfsd) say "nfsd $arg $(cut -d' ' -f1 /proc/uptime) $(tr '\n' '|' < /proc/net/rpc/nfsd)" ;;
+    esac
+  done
   while :; do sleep 3600; done
 fi
+# Each client needs its own name: the NFSv4 client owner it presents to the server is
+# built from the hostname, and two guests with the same one are one client to nfsd, which
+# then tears down one's session whenever the other (re)establishes its own (a storm of
+# EXCHANGE_ID/CREATE_SESSION/DESTROY_SESSION and, now and then, a client frozen for
+# seconds: bench/bench_nfs_stall.py). BED_SAME_NAME=1 keeps the old, shared name.
+[ "$BED_SAME_NAME" = 1 ] || echo "nfsbed-client-$BED_CLIENT" > /proc/sys/kernel/hostname
 for m in sunrpc lockd nfs nfsv3 nfsv4; do /run/modprobe "$m" || fail "modprobe $m"; done
 rpcbind -w || fail rpcbind
 rpc.statd --no-notify 2>/dev/null
@@ -119,25 +133,10 @@ exec "$BED_PYTHON" "$BED_RUNNER"
 
 RUNNER_PY = r'''"""Pod runner inside a client guest (tests/nfs_bed.py): runs the pods of a
 batch that belong to this guest, then writes their results to the hostfs results directory."""
-import json, os, subprocess, sys, time, termios
+import json, os, subprocess, sys, threading, time, termios
 
-client = int(os.environ["BED_CLIENT"])
-try:
-    attrs = termios.tcgetattr(0)
-    attrs[3] &= ~termios.ECHO
-    termios.tcsetattr(0, termios.TCSANOW, attrs)
-except termios.error:
-    pass
-print(f"@@bed ready client {client} {time.time():.6f}", flush=True)
-for line in sys.stdin:
-    words = line.split()
-    if not words:
-        continue
-    if words[0] == "ping":
-        print(f"@@bed pong {words[1]} {time.time():.6f}", flush=True)
-        continue
-    if words[0] != "run":
-        continue
+
+def run_batch(words):
     batch_file, start_at, hard = words[1], float(words[2]), float(words[3])
     batch = json.loads(open(batch_file).read())
     mine = [p for p in batch["pods"] if p["client"] == client]
@@ -171,6 +170,7 @@ for line in sys.stdin:
             "stdout": out.read().decode(errors="replace"),
             "stderr": err.read().decode(errors="replace"),
             "table": open(table).read() if os.path.isfile(table) else None,
+            "table_mtime": os.stat(table).st_mtime if os.path.isfile(table) else None,
         })
         out.close()
         err.close()
@@ -181,6 +181,42 @@ for line in sys.stdin:
         os.fsync(f.fileno())
     os.rename(path + ".tmp", path)
     print(f"@@bed done {batch['id']}", flush=True)
+
+
+client = int(os.environ["BED_CLIENT"])
+try:
+    attrs = termios.tcgetattr(0)
+    attrs[3] &= ~termios.ECHO
+    termios.tcsetattr(0, termios.TCSANOW, attrs)
+except termios.error:
+    pass
+print(f"@@bed ready client {client} {time.time():.6f}", flush=True)
+for line in sys.stdin:
+    words = line.split()
+    if not words:
+        continue
+    if words[0] == "ping":
+        print(f"@@bed pong {words[1]} {time.time():.6f}", flush=True)
+        continue
+    if words[0] == "stats":
+        # per-operation RPC counts of this client's NFS mount (the first number of each
+        # "OP: ops trans timeouts ..." line of /proc/self/mountstats)
+        ops, inside = {}, False
+        for ln in open("/proc/self/mountstats"):
+            if ln.startswith("device "):
+                inside = " mounted on /run/shared " in ln
+            elif inside and ln.startswith("\t") and ":" in ln:
+                name, _, rest = ln.strip().partition(":")
+                nums = rest.split()
+                if name.isupper() and len(nums) >= 8 and nums[0].isdigit():
+                    ops[name] = int(nums[0])
+        print(f"@@bed stats {words[1]} {time.time():.6f} {json.dumps(ops, separators=(',', ':'))}",
+              flush=True)
+        continue
+    if words[0] != "run":
+        continue
+    # a batch runs beside this loop, which keeps answering `stats` while pods run
+    threading.Thread(target=run_batch, args=(words,), daemon=True).start()
 '''
 
 
@@ -245,6 +281,7 @@ class PodResult:
     stdout: str
     stderr: str
     table: Optional[str]
+    table_mtime: Optional[float] = None  # when it wrote its local table (host clock)
 
     @property
     def last_error(self) -> str:
@@ -263,6 +300,7 @@ class _Guest:
     proc: subprocess.Popen[bytes]
     lines: queue.Queue[str] = field(default_factory=queue.Queue)
     offset: float = 0.0  # guest clock minus host clock
+    kept: list[str] = field(default_factory=list)  # answers not yet asked for
 
 
 class Bed:
@@ -274,9 +312,12 @@ class Bed:
     """
 
     def __init__(self, work: Path, vers: str = "4.2", options: str = "", clients: int = 2,
-                 mem: str = "384M", boot_timeout: float = 90.0, delegations: bool = True
-                 ) -> None:
+                 mem: str = "384M", boot_timeout: float = 90.0, delegations: bool = True,
+                 grace: int = 10, lease: int = 10, same_name: bool = False) -> None:
         self.work = Path(work)
+        self.same_name = same_name  # True: every client guest keeps one hostname (the old bed)
+        self.grace = grace  # nfsd's NFSv4 grace period and lease time, seconds
+        self.lease = lease
         self.delegations = delegations  # False: the server grants no NFSv4 delegations
         self.vers = vers
         self.options = options
@@ -340,16 +381,19 @@ class Bed:
         self._ip("-n", self.netns, "route", "add", "224.0.0.0/4", "dev", "lo")
         t0 = time.monotonic()
         self._boot("server", 1, {"BED_ROLE": "server",
-                                 "BED_DELEGATIONS": "1" if self.delegations else "0"})
+                                 "BED_DELEGATIONS": "1" if self.delegations else "0",
+                                 "BED_GRACE": str(self.grace), "BED_LEASE": str(self.lease)})
         for c in range(self.clients):
             self._boot(f"client-{c}", 2 + c, {
                 "BED_ROLE": "client", "BED_SERVER": f"{SUBNET}.1", "BED_VERS": self.vers,
                 "BED_OPTS": self.options, "BED_CLIENT": str(c),
                 "BED_RESULTS": str(self.work / "results"), "BED_RESULTS_GUEST": "/run/results",
                 "BED_PYTHON": sys.executable, "BED_RUNNER": str(self.work / "runner.py"),
+                "BED_SAME_NAME": "1" if self.same_name else "",
             })
         deadline = t0 + self.boot_timeout
-        self._expect(self.guests[0], "ready server", deadline)
+        self.server_ready = self._expect(self.guests[0], "ready server", deadline)
+        self.server_ready_at = time.monotonic()
         for guest in self.guests[1:]:
             self._expect(guest, "mounted", deadline)
             self._expect(guest, "ready client", deadline)
@@ -392,6 +436,9 @@ class Bed:
         guest.lines.put("eof")
 
     def _expect(self, guest: _Guest, prefix: str, deadline: float) -> str:
+        for k, kept in enumerate(guest.kept):  # answers that came while we waited for another
+            if kept.startswith(prefix):
+                return guest.kept.pop(k)
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
@@ -403,6 +450,8 @@ class Bed:
                 continue
             if line.startswith(prefix):
                 return line
+            if line.startswith(("done ", "stats ", "nfsd ")):
+                guest.kept.append(line)
             if line.startswith(("fail", "eof")):
                 raise BedError(f"{guest.name}: {line} (console: "
                                f"{self.work / f'guest-{guest.name}.log'})")
@@ -448,39 +497,77 @@ class Bed:
             })
         return nodes
 
-    def run(self, nodes: Sequence[SimNode], hard_timeout: float = 120.0,
-            lead: float = 1.0) -> list[PodResult]:
-        """Start every given pod at one common instant (`lead` s from now, plus each
-        node's start_delay), wait for all; results in the order given."""
+    def server_counters(self, timeout: float = 60.0) -> dict[str, list[int]]:
+        """nfsd's counters now (/proc/net/rpc/nfsd of the server guest): each line's
+        name -> its numbers, e.g. "proc3", "proc4", "proc4ops" (nfsd(7))."""
+        self.batches += 1
+        key = f"n{self.batches}"
+        self._send(self.guests[0], f"nfsd {key}")
+        line = self._expect(self.guests[0], f"nfsd {key} ", time.monotonic() + timeout)
+        out: dict[str, list[int]] = {}
+        for row in line.split(" ", 3)[3].split("|"):
+            words = row.split()
+            if words and all(w.isdigit() for w in words[1:]):
+                out[words[0]] = [int(w) for w in words[1:]]
+        return out
+
+    def client_counters(self, timeout: float = 60.0) -> list[dict[str, int]]:
+        """Each client's RPC count per NFS operation on the shared mount (mountstats)."""
+        self.batches += 1
+        key = f"s{self.batches}"
+        for guest in self.guests[1:]:
+            self._send(guest, f"stats {key}")
+        return [json.loads(self._expect(g, f"stats {key} ", time.monotonic() + timeout)
+                           .split(" ", 3)[3]) for g in self.guests[1:]]
+
+    def start_run(self, nodes: Sequence[SimNode], hard_timeout: float = 120.0,
+                  lead: float = 1.0, place: Optional[Callable[[int], int]] = None) -> str:
+        """Start a run (see `run`) without waiting for it; `finish_run` collects it.
+        `place` maps a node index to its client (default: index % clients)."""
         self.batches += 1
         batch_id = f"batch-{self.batches}"
         bdir = self.work / batch_id
         pods = []
+        where = place or (lambda i: i % self.clients)
         for node in nodes:
             data = bdir / f"node-{node.index}" / "hccn"
             write_node_data(data, node.devices)
             env = dict(node.env, ASCEND_NODE_SIM_DATA=str(data))
-            pods.append({"index": node.index, "client": node.index % self.clients,
+            pods.append({"index": node.index, "client": where(node.index),
                          "delay": node.start_delay, "argv": node.argv, "env": env,
                          "state_dir": str(node.state_dir),
                          "pod_dir": str(node.state_dir.parent)})
         (bdir / "batch.json").write_text(json.dumps({"id": batch_id, "pods": pods}))
         start = time.time() + lead
-        clients = self.guests[1:]
-        for guest in clients:
+        for guest in self.guests[1:]:
             self._send(guest, f"run {bdir / 'batch.json'} {start + guest.offset:.6f} "
                               f"{hard_timeout:g}")
-        deadline = time.monotonic() + lead + hard_timeout + 30
+        self.last_start = start
+        self._pending = (batch_id, lead + hard_timeout + 30, [n.index for n in nodes],
+                         {p["client"] for p in pods})
+        return batch_id
+
+    def finish_run(self) -> list[PodResult]:
+        batch_id, wait, order, _used = self._pending
+        deadline = time.monotonic() + wait
         results: dict[int, PodResult] = {}
-        for c, guest in enumerate(clients):
+        for c, guest in enumerate(self.guests[1:]):
             self._expect(guest, f"done {batch_id}", deadline)
             path = self.work / "results" / f"{batch_id}-client-{c}.json"
             for r in json.loads(path.read_text()):
                 r["start"] -= guest.offset
                 r["end"] -= guest.offset
+                if r.get("table_mtime") is not None:
+                    r["table_mtime"] -= guest.offset
                 results[r["index"]] = PodResult(**r)
-        self.last_start = start
-        return [results[node.index] for node in nodes]
+        return [results[i] for i in order]
+
+    def run(self, nodes: Sequence[SimNode], hard_timeout: float = 120.0,
+            lead: float = 1.0) -> list[PodResult]:
+        """Start every given pod at one common instant (`lead` s from now, plus each
+        node's start_delay), wait for all; results in the order given."""
+        self.start_run(nodes, hard_timeout, lead)
+        return self.finish_run()
 
     # -- tear down -------------------------------------------------------------------
     def close(self) -> None:

@@ -17,7 +17,7 @@ import pytest
 
 from ascend_node.atomic import atomic_write_bytes
 from ascend_node.identity import NodeIdentity
-from ascend_node.rendezvous import assembler
+from ascend_node.rendezvous import assembler, cadence
 from ascend_node.rendezvous.models import AttemptDoc, MemberDoc
 from ascend_node.rendezvous.protocol import Rendezvous
 from ascend_node.rendezvous.store import RunPaths, create_doc, read_slot, write_doc
@@ -96,9 +96,15 @@ def test_node0_waits_a_poll_when_a_slot_is_contested(tmp_path):
     contested = member(2, nodes=3).model_copy(update={"contested": True})
     write_doc(paths.slot("a1", 2), contested, tmp_path)
     sleeps: list[float] = []
+    run_dir = paths.attempt_file.parent
+    before = os.stat(run_dir).st_mtime_ns
     outcome = _pod(tmp_path, 0, "uid-0", sleeps).run()
     assert outcome.result == "table"
-    assert sleeps == [pytest.approx(0.2 * assembler.SETTLE_POLLS)]
+    # a calm follower glances every GLANCE_EVERY s: node 0 nudges them all (the run
+    # directory changes) and waits a glance and a poll for the pod whose slot was taken
+    assert sleeps == [pytest.approx(cadence.settle_wait(0.2))]
+    assert sleeps[0] >= 0.2 * assembler.SETTLE_POLLS
+    assert os.stat(run_dir).st_mtime_ns != before
 
 
 class _Stop(Exception):

@@ -118,3 +118,28 @@ def test_probe_on_an_unwritable_volume_fails_with_the_path(tmp_path):
 def test_slow_probe_warns():
     got = volume.check_volume_probe(Path("/mnt/model"), volume.Probe(2.5))
     assert got.status == "warn" and "2500 ms" in got.message
+
+
+@pytest.mark.parametrize(("nodes", "poll", "status", "words"), [
+    (None, 0.2, "ok", "unknown"),
+    (4, 0.2, "ok", "N = 4"),
+    (1024, 0.2, "ok", "N = 1024"),
+    (4096, 0.2, "warn", "N = 4096"),   # over COST_WARN once calm: say so, with the remedy
+    (4096, 2.0, "ok", "N = 4096"),     # a slower poll spaces the glances
+])
+def test_check_poll_cost_reports_the_load_at_this_jobs_size(nodes, poll, status, words):
+    got = volume.check_poll_cost(nodes, poll)
+    assert got.id == "volume.cost" and got.status == status
+    assert words in got.message
+    if nodes:
+        calm = volume.cadence.job_rpcs_per_second(nodes, poll)
+        assert f"~{calm:,.0f} RPC/s while its pods wait" in got.message
+        assert (got.status == "warn") == (calm > volume.COST_WARN)
+        assert got.status == "ok" or "--poll-interval" in got.remedy
+
+
+def test_the_load_grows_linearly_with_the_waiting_pods():
+    per_pod = volume.cadence.follower_rpcs_per_second(0.2, calm=True)
+    one = volume.cadence.job_rpcs_per_second(1, 0.2)
+    assert volume.cadence.job_rpcs_per_second(1025, 0.2) == pytest.approx(one + 1024 * per_pod)
+    assert per_pod <= 5.0  # the bound a calm follower is held to (docs/rendezvous.md)

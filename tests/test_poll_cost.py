@@ -10,16 +10,20 @@ and that the cost stays O(1) for a follower.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import stat
 import time
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
 from ascend_node.identity import NodeIdentity
-from ascend_node.rendezvous import freshness
-from ascend_node.rendezvous.models import AttemptDoc
+from ascend_node.ranktable import build_rank_table, render_rank_table
+from ascend_node.rendezvous import cadence, freshness
+from ascend_node.rendezvous.models import AttemptDoc, OutcomeDoc, TableRecord
+from ascend_node.rendezvous.participant import to_server
 from ascend_node.rendezvous.protocol import Rendezvous
 from ascend_node.rendezvous.store import RunPaths, write_doc
 from tests.rdzv_docs import data, member
@@ -32,16 +36,19 @@ class _Stop(Exception):
 Poll = list[tuple[str, str]]  # ("dir" | "file", path) in the order opened
 
 
-def record_polls(tmp_path: Path, nodes: int, me: int, monkeypatch, polls: int = 6
+def record_polls(tmp_path: Path, nodes: int, me: int, monkeypatch, polls: int = 6,
+                 on_nap: Callable[[int], None] = lambda k: None, absent: tuple[int, ...] = ()
                  ) -> list[Poll]:
     """Run node `me` of an attempt where every node but the last is present; stop after
-    `polls` sleeps and return what each poll opened."""
+    `polls` sleeps and return what each poll opened ("dir", "file") or listed ("list":
+    node 0 only; a follower that lists fails the test). `on_nap(k)` runs at the k-th
+    sleep (the peers acting meanwhile)."""
     tmp_path.mkdir()
     paths = RunPaths(tmp_path, "run-1")
     write_doc(paths.attempt_file, AttemptDoc(run_id="run-1", attempt_id="a1", opened_by="uid-0",
                                              node_count=nodes, master_count=1), tmp_path)
     for index in range(nodes - 1):
-        if index != me:
+        if index != me and index not in absent:
             write_doc(paths.slot("a1", index), member(index, nodes=nodes), tmp_path)
     ident = NodeIdentity("master" if me == 0 else "worker", max(me - 1, 0), 1, nodes - 1,
                          data(me).pod_ip, data(me).host_ip, f"uid-{me}")
@@ -56,18 +63,25 @@ def record_polls(tmp_path: Path, nodes: int, me: int, monkeypatch, polls: int = 
             current.append((kind, str(path)))
         return fd
 
+    real_scandir = os.scandir
+
     def no_listing(*args, **kwargs):
-        raise AssertionError("a waiting pod listed a directory")
+        raise AssertionError("a waiting follower listed a directory")
+
+    def recording_scandir(path):
+        current.append(("list", str(path)))
+        return real_scandir(path)
 
     def sleep(_seconds: float) -> None:
         recorded.append(list(current))
         current.clear()
         if len(recorded) == polls:
             raise _Stop
+        on_nap(len(recorded))
 
     monkeypatch.setattr(os, "open", recording_open)
     monkeypatch.setattr(os, "listdir", no_listing)
-    monkeypatch.setattr(os, "scandir", no_listing)
+    monkeypatch.setattr(os, "scandir", recording_scandir if me == 0 else no_listing)
     rdzv = Rendezvous(paths, ident, data(me), deadline=time.monotonic() + 60, timeout=60,
                       progress_interval=1e9, sleep=sleep)
     with pytest.raises(_Stop):
@@ -82,6 +96,8 @@ def assert_each_read_follows_its_dir(polls: list[Poll]) -> None:
         for kind, path in poll:
             if kind == "dir":
                 seen_dirs.add(path)
+            elif kind == "list":
+                assert path in seen_dirs, f"poll {number} listed {path} unrevalidated: {poll}"
             else:
                 assert str(Path(path).parent) in seen_dirs, (
                     f"poll {number} read {path} before revalidating its directory: {poll}")
@@ -101,12 +117,42 @@ def test_follower_poll_is_constant_and_revalidates_first(tmp_path, monkeypatch):
     assert_each_read_follows_its_dir(small + large)
 
 
+def _slot_reads(poll: Poll) -> list[str]:
+    return [Path(p).name for kind, p in poll if kind == "file" and "node-" in p]
+
+
 def test_node0_revalidates_before_reading_slots(tmp_path, monkeypatch):
     polls = record_polls(tmp_path / "n8", 8, 0, monkeypatch)[1:]
     assert_each_read_follows_its_dir(polls)
     for poll in polls:
         dirs = [p for kind, p in poll if kind == "dir"]
         assert len(dirs) == len(set(dirs)) <= 2, poll  # once per directory per poll
+        listed = [p for kind, p in poll if kind == "list"]
+        assert all(p in dirs for p in listed), poll  # a listing follows its revalidation
+
+
+def test_node0_reads_a_slot_once_and_then_only_new_slots(tmp_path, monkeypatch):
+    """Node 0's cost per poll grows with the slots that are new, not with N: a slot read
+    and validated once is not read again in the attempt while the directory's listing
+    shows it unchanged; a slot that arrives later is the only one read."""
+    paths = RunPaths(tmp_path / "n16", "run-1")
+
+    def node14_arrives(k: int) -> None:
+        if k == 3:
+            write_doc(paths.slot("a1", 14), member(14, nodes=16), tmp_path / "n16")
+
+    polls = record_polls(tmp_path / "n16", 16, 0, monkeypatch, polls=8,
+                         on_nap=node14_arrives, absent=(14,))
+    # the first poll (publishing its own slot, then the first look) reads the 14 present
+    # slots (0-13) once; later polls read nothing, except node 14's slot once it is there
+    first = _slot_reads(polls[0]) + _slot_reads(polls[1])
+    assert sorted(set(first)) == sorted(f"node-{i}.json" for i in range(14))
+    assert len(first) == len(set(first))  # each once
+    later = [name for poll in polls[2:] for name in _slot_reads(poll)]
+    assert later == ["node-14.json"]
+    # and with nothing new, a poll is two directory opens and no listing at all
+    quiet = polls[-1]
+    assert [kind for kind, _ in quiet] == ["dir", "dir"], quiet
 
 
 def test_missing_directory_is_revalidated_from_the_nearest_ancestor(tmp_path, monkeypatch):
@@ -185,3 +231,67 @@ def test_a_directory_watched_for_long_is_listed_now_and_then(tmp_path, monkeypat
     assert len(listings) == 1
     poll_at(2.0 + gap)
     assert len(listings) == 2
+
+
+def _real_outcome(nodes: int) -> OutcomeDoc:
+    """The verdict node 0 would write for `nodes` members of tests.rdzv_docs."""
+    members = [member(i, nodes=nodes) for i in range(nodes)]
+    text = render_rank_table(build_rank_table([to_server(m.data) for m in members], "auto"))
+    return OutcomeDoc(run_id="run-1", attempt_id="a1", result="table",
+                      members=tuple(TableRecord(global_index=m.data.global_index,
+                                                incarnation=m.incarnation,
+                                                digest=m.data.digest()) for m in members),
+                      ranktable_text=text,
+                      ranktable_sha256=hashlib.sha256(text.encode()).hexdigest())
+
+
+def test_a_calm_follower_glances_and_sees_the_verdict_at_its_next_poll(tmp_path, monkeypatch):
+    """Once calm, a waiting follower's poll is one directory open (a GETATTR on NFS), with
+    a full look every LOOK_EVERY s; node 0's verdict, announced by a nudge of the run
+    directory, is taken at the very next poll."""
+    nodes, me = 4, 2
+    paths = RunPaths(tmp_path, "run-1")
+    write_doc(paths.attempt_file, AttemptDoc(run_id="run-1", attempt_id="a1", opened_by="uid-0",
+                                             node_count=nodes, master_count=1), tmp_path)
+    for index in (0, 1, 3):
+        write_doc(paths.slot("a1", index), member(index, nodes=nodes), tmp_path)
+    now = [1000.0]
+    polls: list[tuple[float, Poll]] = []
+    current: Poll = []
+    real_open = os.open
+
+    def recording_open(path, flags, *args, **kwargs):
+        fd = real_open(path, flags, *args, **kwargs)
+        if not flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT):
+            current.append(("dir" if stat.S_ISDIR(os.fstat(fd).st_mode) else "file",
+                            str(path)))
+        return fd
+
+    published_at: list[int] = []
+
+    def sleep(seconds: float) -> None:
+        polls.append((now[0], list(current)))
+        current.clear()
+        now[0] += seconds
+        if now[0] >= 1040.0 and not published_at:
+            write_doc(paths.outcome("a1"), _real_outcome(nodes), tmp_path)
+            freshness.nudge(paths.root)
+            published_at.append(len(polls))
+
+    monkeypatch.setattr(os, "open", recording_open)
+    ident = NodeIdentity("worker", me - 1, 1, nodes - 1, data(me).pod_ip, data(me).host_ip,
+                         f"uid-{me}")
+    rdzv = Rendezvous(paths, ident, data(me), deadline=now[0] + 600, timeout=600,
+                      progress_interval=1e9, clock=lambda: now[0], sleep=sleep)
+    outcome = rdzv.run()
+    monkeypatch.undo()
+    assert outcome.result == "table"
+    assert len(polls) == published_at[0]  # no nap between the nudge and the verdict
+    calm = [(t, poll) for t, poll in polls if 1000.0 + cadence.FAST_FOR + 0.5 <= t < 1040.0]
+    glances = [poll for _, poll in calm if len(poll) == 1]
+    assert all(poll == [("dir", str(paths.root))] for poll in glances)
+    span = calm[-1][0] - calm[0][0]
+    opens = sum(len(poll) for _, poll in calm)
+    # a glance per GLANCE_EVERY (+-20 %) and a full look (5 opens) per LOOK_EVERY
+    assert len(calm) - len(glances) <= span / cadence.LOOK_EVERY + 1
+    assert opens / span <= 1.25 / cadence.GLANCE_EVERY + 5 / cadence.LOOK_EVERY

@@ -64,7 +64,12 @@ from ascend_node.doctor.tables import (
     read_run_state,
     table_in_use,
 )
-from ascend_node.doctor.volume import check_volume_mount, check_volume_probe, probe_round_trip
+from ascend_node.doctor.volume import (
+    check_poll_cost,
+    check_volume_mount,
+    check_volume_probe,
+    probe_round_trip,
+)
 from ascend_node.errors import AscendNodeError, ConfigError
 from ascend_node.identity import NodeIdentity
 from ascend_node.mindcluster import judge_hccl_json, read_hccl_json
@@ -126,7 +131,8 @@ def run_doctor(
     except OSError:
         mountinfo = ""
     checks += [check_volume_mount(volume, mountinfo),
-               check_volume_probe(volume, probe_round_trip(volume) if volume else None)]
+               check_volume_probe(volume, probe_round_trip(volume) if volume else None),
+               check_poll_cost(ident.node_count if ident else None, settings.poll_interval)]
 
     # Devices.
     npu_smi = dev.resolve_tool(settings.npu_smi, "npu-smi", dev.DEFAULT_NPU_SMI)

@@ -25,6 +25,7 @@ from ascend_node.mounts import PSEUDO_FS_TYPES
 from ascend_node.mounts import Mount as Mount
 from ascend_node.mounts import mount_of as mount_of
 from ascend_node.mounts import parse_mountinfo as parse_mountinfo
+from ascend_node.rendezvous import cadence
 from ascend_node.rendezvous.freshness import revalidate_dir
 
 NFS_TYPES = frozenset({"nfs", "nfs4"})
@@ -141,3 +142,31 @@ def check_volume_probe(shared_dir: Optional[Path], probe: Optional[Probe]) -> Ch
                            "every rendezvous step costs at least this much; check the "
                            "filesystem server's load and the network to it")
     return ok("volume.probe", f"create-and-see round trip {ms:.1f} ms on {shared_dir}")
+
+
+COST_WARN = 10_000.0
+"""RPC/s: a waiting job that asks the shared volume's server for more than this, once
+calm, is a load other tenants of that server will notice."""
+
+
+def check_poll_cost(node_count: Optional[int], poll_interval: float) -> CheckResult:
+    """What the rendezvous will ask of the volume's server at this job's N (the cadence
+    and its measured per-poll costs, `rendezvous/cadence.py`): RPCs a second while pods
+    wait (calm, and in their first seconds) and RPCs to complete."""
+    if node_count is None:
+        return ok("volume.cost", "the job's size is unknown (no identity): no estimate")
+    calm = cadence.job_rpcs_per_second(node_count, poll_interval)
+    fast = cadence.job_rpcs_per_second(node_count, poll_interval, calm=False)
+    done = cadence.COMPLETE_RPCS_PER_NODE * node_count
+    text = (f"at N = {node_count} and --poll-interval {poll_interval:g} s the rendezvous asks "
+            f"an NFS server for ~{calm:,.0f} RPC/s while its pods wait "
+            f"(~{cadence.follower_rpcs_per_second(poll_interval, True):.1f} per waiting pod "
+            f"once it has waited {cadence.FAST_FOR:g} s, "
+            f"{cadence.follower_rpcs_per_second(poll_interval, False):.0f} before; "
+            f"~{fast:,.0f} RPC/s if all were in their first {cadence.FAST_FOR:g} s) and "
+            f"~{done:,.0f} RPCs to complete")
+    if calm > COST_WARN:
+        return CheckResult("volume.cost", "warn", text,
+                           "a raised --poll-interval (over 0.5 s) spaces every waiting "
+                           "pod's glances; or give the rendezvous a volume of its own")
+    return ok("volume.cost", text)

@@ -1,8 +1,11 @@
 """Global node 0: open or reuse the attempt, judge the slots, write the verdict.
 
-Cost per poll: one directory open for the run directory (attempt.json, to notice a twin
-node 0) and one for the attempt directory, then a `stat` of every slot; only slots whose
-inode, size or mtime changed are read and parsed again.
+Cost per poll: one directory open (a GETATTR on NFS) for the run directory and one for
+the attempt directory. Only when the run directory changed does it read attempt.json (to
+notice a twin node 0); only when the attempt directory changed does it list it, and then
+it reads only the slots that are new or whose inode, size or mtime changed: a slot read
+and validated once is not read again in that attempt unless the listing says it changed
+(`cadence.node0_lists`, tests/test_poll_cost.py). Completion reads every slot once more.
 """
 
 from __future__ import annotations
@@ -18,7 +21,8 @@ from typing import Optional
 from ascend_node.atomic import atomic_write_bytes
 from ascend_node.errors import ClusterInconsistent, ConfigError, PeerTimeout
 from ascend_node.ranktable import build_rank_table, render_rank_table
-from ascend_node.rendezvous import decide
+from ascend_node.rendezvous import cadence, decide
+from ascend_node.rendezvous.freshness import list_files, nudge
 from ascend_node.rendezvous.models import (
     AttemptDoc,
     ConflictDoc,
@@ -51,10 +55,11 @@ the attempt, so that every pod of this start-up hears the verdict (exit 5) at on
 instead of waiting for a new attempt until its timeout."""
 
 SETTLE_POLLS = 1.5
-"""When a slot is contested, node 0 re-reads the slots after this many poll intervals and
-completes only if nothing changed: a pod whose slot a twin overwrote (two pods with one
-index) gets one poll (at most 1.2 intervals with jitter) to notice and leave a conflict
-document. Uncontested slots need no wait: each was the first document in its slot."""
+"""When a slot is contested, node 0 nudges the followers (`freshness.nudge`) and re-reads
+the slots after `cadence.settle_wait` (at least this many poll intervals), completing only
+if nothing changed: a pod whose slot a twin overwrote (two pods with one index) gets one
+glance and one poll to notice and leave a conflict document. Uncontested slots need no
+wait: each was the first document in its slot."""
 
 log = logging.getLogger("ascend_node.rendezvous")
 
@@ -83,10 +88,26 @@ class Assembler(Participant):
         last_progress: Optional[tuple[tuple[int, ...], tuple[int, ...]]] = None
         abort_since: Optional[float] = None
         settled: Optional[tuple[MemberDoc, ...]] = None
+        seen_run: Optional[object] = None
+        seen_dir: Optional[object] = None
+        changed_last_poll = False
+        last_listing = -1e9
+        slots: dict[int, decide.SlotState] = {}
+        attempt_dir = self.paths.attempt_dir(attempt_id)
         while True:
-            self._check_attempt_still_mine(attempt_id)
-            slots = {i: self._cached_slot(attempt_id, i, cache)
-                     for i in range(self.identity.node_count)}
+            now = self.clock()
+            run_stamp = self.fresh.glance(self.paths.root)
+            if run_stamp != seen_run or now - last_listing >= cadence.LOOK_EVERY:
+                self._check_attempt_still_mine(attempt_id)
+                seen_run = run_stamp
+            dir_stamp = self.fresh.glance(attempt_dir)
+            dir_changed = dir_stamp != seen_dir
+            seen_dir = dir_stamp
+            if cadence.node0_lists(dir_changed, changed_last_poll, now, last_listing) \
+                    or not cache or not self.fresh.attributes_current:
+                last_listing = now
+                slots = self._scan_slots(attempt_id, cache)
+            changed_last_poll = dir_changed
             verdict = decide.evaluate(slots, self.identity.node_count,
                                       self.identity.master_count, self.allow_uneven_devices,
                                       self.identity.job_version, self.table_version,
@@ -103,7 +124,9 @@ class Assembler(Participant):
                 settled = verdict.members
                 cache.clear()
                 if any(m.contested for m in verdict.members):
-                    self.sleep(self.poll_interval * SETTLE_POLLS)
+                    nudge(self.paths.root)  # every follower looks at its slot now
+                    self.sleep(max(self.poll_interval * SETTLE_POLLS,
+                                   cadence.settle_wait(self.poll_interval)))
                 self.fresh.new_poll()
                 continue
             settled = None
@@ -190,20 +213,33 @@ class Assembler(Participant):
         log.info("opened attempt %s (%s)", attempt_id, choice.reason)
         return attempt_id, None
 
-    def _cached_slot(self, attempt_id: str, index: int, cache: SlotCache) -> decide.SlotState:
-        path = self.fresh.file(self.paths.slot(attempt_id, index))
-        try:
-            st = os.stat(path, follow_symlinks=False)
-            stamp = (st.st_ino, st.st_size, st.st_mtime_ns)
-        except OSError:
-            cache.pop(index, None)
-            return None
-        hit = cache.get(index)
-        if hit is not None and hit[0] == stamp:
-            return hit[1]
-        state = self._slot_state(attempt_id, index)
-        cache[index] = (stamp, state)
-        return state
+    def _scan_slots(self, attempt_id: str, cache: SlotCache) -> dict[int, decide.SlotState]:
+        """Every slot's state, from one listing of the attempt directory: a slot is read
+        only when it is new or its (inode, size, mtime) differs from when it was read."""
+        directory = self.fresh.file(self.paths.slot(attempt_id, 0)).parent
+        if self.fresh.attributes_current:
+            listed = list_files(directory) or {}
+        else:  # FUSE: listings may be old, lookups by name are not (a stat per slot)
+            listed = {}
+            for index in range(self.identity.node_count):
+                path = self.paths.slot(attempt_id, index)
+                try:
+                    st = os.stat(path, follow_symlinks=False)
+                except OSError:
+                    continue
+                listed[path.name] = (st.st_ino, st.st_size, st.st_mtime_ns)
+        slots: dict[int, decide.SlotState] = {}
+        for index in range(self.identity.node_count):
+            stamp = listed.get(self.paths.slot(attempt_id, index).name)
+            if stamp is None:
+                cache.pop(index, None)
+                slots[index] = None
+                continue
+            hit = cache.get(index)
+            if hit is None or hit[0] != stamp:
+                hit = cache[index] = (stamp, self._slot_state(attempt_id, index))
+            slots[index] = hit[1]
+        return slots
 
     def _check_attempt_still_mine(self, attempt_id: str) -> None:
         got = read_doc(self.fresh.file(self.paths.attempt_file), AttemptDoc, self.paths.run_id)
@@ -233,6 +269,7 @@ class Assembler(Participant):
             reason=verdict.reason, nodes=verdict.nodes, participants=participants,
             failed_by=verdict.failed_by,
         ), self.paths.shared_dir)
+        nudge(self.paths.root)  # followers glancing at the run directory: look now
         raise ClusterInconsistent(verdict.reason, restart_hint(self.paths))
 
     def _complete(self, attempt_id: str, members: Sequence[MemberDoc],
@@ -249,6 +286,7 @@ class Assembler(Participant):
             warnings=tuple(w[:2000] for w in warnings[:64]),
         )
         write_doc(self.paths.outcome(attempt_id), outcome, self.paths.shared_dir)
+        nudge(self.paths.root)  # followers glancing at the run directory: look now
         self._publish_shared_table(outcome)
         log.info("all %d nodes present; table of attempt %s published",
                  len(members), attempt_id)

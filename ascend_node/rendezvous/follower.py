@@ -1,8 +1,9 @@
 """Every node but global node 0: publish into the current attempt, wait for its verdict.
 
-Cost per poll: one directory open for the run directory (attempt.json) and one for the
-attempt directory (outcome, own slot), then those three known files; nothing grows
-with the cluster and nobody lists a directory (tests/test_poll_cost.py).
+Cost of a full look: one directory open for the run directory (attempt.json) and one for
+the attempt directory (outcome, own slot), then those three known files; nothing grows
+with the cluster (tests/test_poll_cost.py). Once calm (`cadence`), most polls are only a
+glance: one open of the run directory, which node 0 changes whenever a follower must look.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import logging
 from typing import Optional
 
 from ascend_node.errors import ClusterInconsistent, PeerTimeout
-from ascend_node.rendezvous import decide
+from ascend_node.rendezvous import cadence, decide
 from ascend_node.rendezvous.models import AttemptDoc, ConflictDoc, OutcomeDoc, ProgressDoc
 from ascend_node.rendezvous.participant import Participant, names_of, restart_hint
 from ascend_node.rendezvous.store import (
@@ -35,13 +36,42 @@ class Follower(Participant):
         writable_checked = False
         last_log = -1e9
         action: decide.FollowerAction = decide.WaitAttempt("not started")
+        busy_since = self.clock()  # fast polls until calm (cadence)
+        last_look = -1e9
+        seen: Optional[object] = None  # what the last glance at the run directory saw
+        seen_attempt: Optional[str] = None
+        attempt: Optional[AttemptDoc] = None
         while True:
+            now = self.clock()
+            glance = self.fresh.glance(self.paths.root)
+            # (a FUSE volume may show a directory's old attributes: every poll looks)
+            changed = glance != seen or not self.fresh.attributes_current
+            seen = glance
+            if not cadence.follower_looks(now, busy_since, last_look, changed,
+                                          self.poll_interval):
+                if self._timed_out():
+                    raise self._timeout(action, attempt)
+                self._nap(cadence.follower_nap(now, busy_since, self.poll_interval))
+                continue
+            last_look = now
+            self.fresh.maybe_list(self.paths.root)
             attempt = self._read_attempt()
+            if attempt is not None and attempt.attempt_id != seen_attempt:
+                seen_attempt = attempt.attempt_id
+                busy_since = now
             if attempt is not None and attempt.attempt_id not in checked_dirs:
                 check_real_dirs(self.paths.shared_dir,
                                 self.paths.attempt_dir(attempt.attempt_id))
                 checked_dirs.add(attempt.attempt_id)
             outcome = self._read_outcome(attempt.attempt_id) if attempt else None
+            if outcome is None and attempt is not None and changed and cadence.is_calm(
+                    now, busy_since):
+                # The run directory changed but the attempt did not: most likely node 0's
+                # nudge after its verdict. Should the client still hold a negative entry
+                # for it (a change within one tick of the server's clock), a listing
+                # replaces it (freshness); once per nudge, not per poll.
+                self.fresh.relist(self.paths.attempt_dir(attempt.attempt_id))
+                outcome = self._read_outcome(attempt.attempt_id)
             slot = self._slot_state(attempt.attempt_id, self.index) if attempt else None
             if isinstance(slot, str):
                 self._warn_once(f"{self.paths.slot(attempt.attempt_id, self.index)}: {slot}"
@@ -74,6 +104,7 @@ class Follower(Participant):
             if isinstance(action, decide.Publish):
                 self._publish(action.attempt_id, slot)
                 published_in = action.attempt_id
+                busy_since = self.clock()
                 continue
             if (
                 isinstance(action, decide.WaitAttempt)
@@ -99,7 +130,7 @@ class Follower(Participant):
                 log.info("%s", self._waiting_line(action, attempt))
             if self._timed_out():
                 raise self._timeout(action, attempt)
-            self._nap()
+            self._nap(cadence.follower_nap(now, busy_since, self.poll_interval))
 
     def _fail_if_aborted_after_start(self, attempt_id: str, action: decide.WaitAttempt) -> None:
         """An abort this pod took no part in is history (a previous start of the job)

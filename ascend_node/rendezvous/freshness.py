@@ -28,7 +28,11 @@ directory that is watched for long is also listed now and then: at most every
 `LIST_EVERY` seconds, and no more often than `LIST_PER_ENTRY` seconds per entry it held
 last time, which bounds what each waiting pod asks of the server to 50 entries a second
 at any N (N followers listing an attempt directory of N slots: every 3.3 s at N = 64,
-every 22 s at N = 1000). A stall of this kind then lasts seconds, not forever.
+every 22 s at N = 1000); a calm follower lists only at its full looks (`cadence`), at
+most every 5 s. A stall of this kind then lasts seconds, not forever.
+
+`glance` is the cheap half of `cadence`: one directory open whose attributes say whether
+anything changed; `nudge` is node 0's way of making that so.
 """
 
 from __future__ import annotations
@@ -36,9 +40,94 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Optional
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+Stamp = tuple[str, int, int, int, int, int]
+"""What a glance compares: the directory looked at, its inode, mtime, ctime, size, links."""
+
+
+def _stamp_of(path: Path) -> Optional[Stamp]:
+    """Open `path` as a real directory (revalidating it, one GETATTR on NFS) and return
+    the attributes it now has; None when it is missing or not a real directory."""
+    try:
+        fd = os.open(path, _DIR_FLAGS)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return (str(path), st.st_ino, st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_nlink)
+
+
+def nudge(path: Path) -> None:
+    """Change directory `path`'s attributes so that every pod glancing at it sees a
+    difference (`cadence`: "look now"). Its mtime is set to the server's time; should that
+    equal what it was (a change in the same tick of the server's clock), to one microsecond
+    later, so a glance can never mistake the nudge for no change. Best effort: a pod that
+    misses it looks within `cadence.LOOK_EVERY` anyway."""
+    try:
+        fd = os.open(path, _DIR_FLAGS)
+    except OSError:
+        return
+    try:
+        before = os.fstat(fd)
+        os.utime(fd)
+        after = os.fstat(fd)
+        if after.st_mtime_ns == before.st_mtime_ns:
+            os.utime(fd, ns=(after.st_atime_ns, before.st_mtime_ns + 1_000))
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def attributes_are_current(path: Path, mountinfo: Optional[str] = None) -> bool:
+    """False when `path` lies on a FUSE filesystem (sshfs and the like): those cache a
+    directory's attributes and listing for seconds (sshfs: `cache_timeout`, 20 s), so a
+    glance or a listing may not show a change that a lookup by name shows at once. NFS,
+    local disks and the rest revalidate on open. Reads /proc/self/mountinfo (proc(5)):
+    the longest mount point holding `path` decides; when it cannot be read, True."""
+    if mountinfo is None:
+        try:
+            mountinfo = Path("/proc/self/mountinfo").read_text(encoding="utf-8",
+                                                               errors="replace")
+        except OSError:
+            return True
+    real = os.path.realpath(path)
+    best, fs_type = -1, ""
+    for line in mountinfo.splitlines():
+        left, sep, right = line.partition(" - ")
+        fields, tail = left.split(), right.split()
+        if not sep or len(fields) < 5 or not tail:
+            continue
+        point = fields[4].replace("\\040", " ").rstrip("/") or "/"
+        inside = real == point or real.startswith(point + "/") or point == "/"
+        if inside and len(point) >= best:
+            best, fs_type = len(point), tail[0]
+    return not fs_type.startswith("fuse")
+
+
+def list_files(path: Path) -> Optional[dict[str, tuple[int, int, int]]]:
+    """Each regular file in directory `path` -> (inode, size, mtime_ns): one listing
+    (READDIR/READDIRPLUS, a few entries' worth of RPCs per hundred entries) instead of a
+    lookup per name. None when the directory cannot be listed."""
+    out: dict[str, tuple[int, int, int]] = {}
+    try:
+        with os.scandir(path) as entries:
+            for entry in entries:
+                try:
+                    st = entry.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                out[entry.name] = (st.st_ino, st.st_size, st.st_mtime_ns)
+    except OSError:
+        return None
+    return out
 
 
 def _open_close(path: Path) -> bool:
@@ -102,6 +191,14 @@ class Freshness:
         self.clock = clock
         self._done: dict[Path, bool] = {}
         self._next_listing: dict[Path, float] = {}
+        self._current: Optional[bool] = None
+
+    @property
+    def attributes_current(self) -> bool:
+        """Whether glances and listings of this volume can be trusted (once per pod)."""
+        if self._current is None:
+            self._current = attributes_are_current(self.trusted_root)
+        return self._current
 
     def new_poll(self) -> None:
         """Forget what was revalidated: the next read of each directory looks again."""
@@ -113,16 +210,40 @@ class Freshness:
         if known is None:
             known = self._done[path] = revalidate_dir(path, self.trusted_root)
             if known:
-                self._maybe_list(path)
+                self.maybe_list(path)
         return known
 
-    def _maybe_list(self, path: Path) -> None:
+    def maybe_list(self, path: Path) -> None:
+        """List `path` if it has been watched for long enough since its last listing."""
         now = self.clock()
         due = self._next_listing.get(path)
         if due is None:  # first sight: the open suffices until the directory is watched long
             self._next_listing[path] = now + LIST_EVERY
         elif now >= due:
             self._next_listing[path] = now + LIST_EVERY + LIST_PER_ENTRY * _listed(path)
+
+    def glance(self, path: Path) -> Optional[Stamp]:
+        """The attributes of directory `path`, or of its deepest existing ancestor up to the
+        trusted root when it does not exist yet: one directory open, whatever the depth
+        (an ancestor's failed opens hit the client's cached negative entries). A `path`
+        that exists counts as revalidated for this poll (no listing: a caller that goes on
+        to read from it calls `maybe_list`)."""
+        current = path
+        while True:
+            got = _stamp_of(current)
+            if got is not None:
+                if current == path:
+                    self._done[path] = True
+                return got
+            if current == self.trusted_root or current.parent == current:
+                return None
+            current = current.parent
+
+    def relist(self, path: Path) -> None:
+        """List `path` now (a listing replaces stale cached entries, see above)."""
+        if self.dir(path):
+            self._next_listing[path] = (self.clock() + LIST_EVERY
+                                        + LIST_PER_ENTRY * _listed(path))
 
     def file(self, path: Path) -> Path:
         """Revalidate the directory holding `path`, then hand `path` back for reading."""

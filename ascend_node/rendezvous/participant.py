@@ -88,8 +88,11 @@ class Participant:
             self._warned.add(text)
             log.warning("ignoring %s", text)
 
-    def _nap(self) -> None:
-        self.sleep(self.poll_interval * random.uniform(0.8, 1.2))
+    def _nap(self, interval: Optional[float] = None) -> None:
+        """Sleep `interval` (default: the poll interval) +-20 %: pods started together
+        drift apart instead of asking the server at the same instant."""
+        self.sleep((self.poll_interval if interval is None else interval)
+                   * random.uniform(0.8, 1.2))
         self.fresh.new_poll()
 
     def _timed_out(self) -> bool:

@@ -9,10 +9,11 @@ Layout (ours to choose; docs/design.md, "Files"):
     <shared>/.ascend-node/<run>/attempts/<id>/progress.json   who is missing (node 0 only)
     <shared>/.ascend-node/<run>/attempts/<id>/reach-<g>.json  pre-flight pings (`preflight.reach`)
 
-Every name is known in advance, so nobody needs a directory listing (network
-filesystems cache listings for tens of seconds). A name is not enough on NFS, whose
-client also caches *negative* lookups for 30-60 s at default mounts: waiting readers
-revalidate the directory first (`rendezvous/freshness.py`).
+Every name is known in advance, so a follower never needs a directory listing (network
+filesystems cache listings for tens of seconds); node 0 lists the attempt directory only
+to learn which slots are new or replaced, right after revalidating it (`cadence`). A name
+is not enough on NFS, whose client also caches *negative* lookups for 30-60 s at default
+mounts: waiting readers revalidate the directory first (`rendezvous/freshness.py`).
 Reads never follow a symlink (`O_NOFOLLOW`) and accept only regular files; writes are
 temp file + fsync + rename in the same directory (`ascend_node.atomic`).
 """

@@ -1,0 +1,117 @@
+"""When a waiting pod looks at the shared volume, and how closely: what it costs the NFS server.
+
+On NFS every look is a round trip to the server the whole job shares (the model PVC that
+must then serve the weights): a directory open is one GETATTR, a file read an OPEN, READ
+and CLOSE (v4) or LOOKUP, ACCESS, READ (v3). A job waits as long as its slowest pod
+takes to start (image pulls spread starts over minutes), so what matters at N = 1,024 is
+the cost of a pod that waits with nothing happening (docs/rendezvous.md, "Poll cost").
+
+A follower therefore *glances* and *looks*:
+
+- a **glance** is one directory open (one GETATTR) of the run directory
+  (`.ascend-node/<run>`), compared with what the last glance saw (inode, mtime, ctime,
+  size, links). That directory changes only when something every follower must act on
+  happens: node 0 opens an attempt (it replaces `attempt.json`), or node 0 publishes a
+  verdict or sees a contested slot, after which it *nudges* the directory
+  (`freshness.nudge`: sets its mtime, so that a change within one tick of the server's
+  clock still shows);
+- a **look** is the full poll: revalidate, read `attempt.json`, the outcome, its own slot.
+
+For its first `FAST_FOR` seconds, and for `FAST_FOR` seconds after it publishes or a new
+attempt opens, a follower looks at every poll (`--poll-interval`, 0.2 s), as before. Then
+it glances every `GLANCE_EVERY` s (or `--poll-interval` if longer) and looks when the glance
+shows a change, and at least every `LOOK_EVERY` s whatever the glance says (a missed
+nudge, a twin rewriting its slot, progress for the log). Node 0 keeps polling at
+`--poll-interval`: it is one pod, and its cost per poll is a GETATTR unless the attempt
+directory changed (then a listing, and a read of each slot that is new or replaced).
+
+Pure functions of the times involved, so the cadence is tested by a table of cases.
+"""
+
+from __future__ import annotations
+
+FAST_FOR = 10.0
+"""Seconds a follower polls fully after it starts, publishes, or sees a new attempt."""
+
+GLANCE_EVERY = 0.5
+"""Seconds between glances once calm: bounds how late a follower sees node 0's verdict."""
+
+LOOK_EVERY = 5.0
+"""Seconds between full looks once calm, whatever the glances say (the fallback)."""
+
+
+def is_calm(now: float, busy_since: float) -> bool:
+    """True once `FAST_FOR` seconds passed since the last event that calls for fast polls."""
+    return now - busy_since >= FAST_FOR
+
+
+def follower_looks(now: float, busy_since: float, last_look: float, glance_changed: bool,
+                   poll_interval: float) -> bool:
+    """Whether this poll of a follower reads the documents or only glances."""
+    if glance_changed or not is_calm(now, busy_since):
+        return True
+    return now - last_look >= max(LOOK_EVERY, poll_interval)
+
+
+def follower_nap(now: float, busy_since: float, poll_interval: float) -> float:
+    """Seconds to the next poll (before jitter)."""
+    if not is_calm(now, busy_since):
+        return poll_interval
+    return max(poll_interval, GLANCE_EVERY)
+
+
+def settle_wait(poll_interval: float) -> float:
+    """How long node 0 waits, after it nudged the followers, before it completes with a
+    contested slot: the longest a calm follower takes to glance (with the 20 % jitter),
+    plus a poll to read its slot and write a conflict document."""
+    return max(poll_interval, GLANCE_EVERY) * 1.2 + poll_interval
+
+
+def node0_lists(dir_changed: bool, changed_last_poll: bool, now: float,
+                last_listing: float) -> bool:
+    """Whether node 0 lists the attempt directory (and reads the slots that are new or
+    replaced) this poll: when the directory changed; one poll more after it changed (a
+    second change within the same tick of the server's clock leaves the mtime as it
+    was); and every `LOOK_EVERY` s whatever the directory says."""
+    return dir_changed or changed_last_poll or now - last_listing >= LOOK_EVERY
+
+
+# What each kind of poll costs an NFS server, measured on the test bed (kernel nfsd, Linux
+# clients, v4.2 and v3 at default mounts; bench/bench_nfs_cost.py, docs/benchmarks.md).
+GLANCE_RPCS = 1.0
+"""A glance: one GETATTR (the directory open's close-to-open revalidation)."""
+
+LOOK_RPCS = 6.0
+"""A calm follower's full look: two directory GETATTRs, then attempt.json, the outcome and
+its own slot revalidated (GETATTRs), read only when changed. Measured: a calm follower
+costs 2.8 RPC/s on v4.2 and 3.1 on v3, which this and the cadence give as 3.0."""
+
+FAST_POLL_RPCS = 2.2
+"""A full look every poll interval, as in a follower's first seconds: the files stay in the
+client's cache (and delegations), so mostly the two directory GETATTRs (measured 11 RPC/s
+at 0.2 s on v4.2)."""
+
+COMPLETE_RPCS_PER_NODE = 70.0
+"""RPCs per pod of a completing rendezvous, from the last pod's start to every pod holding
+the table: its own publish and reads, node 0's listing and settle read of its slot, each
+follower's look at the verdict (measured: 48 per pod on v4.2, 67 on v3, at N = 8 with a
+client per pod)."""
+
+
+def follower_rpcs_per_second(poll_interval: float, calm: bool) -> float:
+    """What one waiting follower asks of the server, on average."""
+    if not calm:
+        return FAST_POLL_RPCS / poll_interval
+    return (GLANCE_RPCS / max(poll_interval, GLANCE_EVERY)
+            + (LOOK_RPCS - GLANCE_RPCS) / max(LOOK_EVERY, poll_interval))
+
+
+def node0_rpcs_per_second(poll_interval: float) -> float:
+    """Node 0 while nothing arrives: two directory GETATTRs per poll."""
+    return 2 * GLANCE_RPCS / poll_interval
+
+
+def job_rpcs_per_second(node_count: int, poll_interval: float, calm: bool = True) -> float:
+    """A job of `node_count` pods, all but node 0 waiting: its load on the server."""
+    return (max(node_count - 1, 0) * follower_rpcs_per_second(poll_interval, calm)
+            + node0_rpcs_per_second(poll_interval))

@@ -1,0 +1,125 @@
+"""When a waiting pod looks, as pure functions of the times involved (rendezvous/cadence.py).
+
+The bounds they serve (docs/rendezvous.md, "Poll cost"): a follower that has waited
+FAST_FOR seconds costs the server a glance (one GETATTR) per GLANCE_EVERY seconds and a
+full look per LOOK_EVERY seconds, and sees node 0's verdict within a glance of it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ascend_node.rendezvous import cadence
+from ascend_node.rendezvous.cadence import FAST_FOR, GLANCE_EVERY, LOOK_EVERY
+
+P = 0.2  # the default --poll-interval
+
+
+@pytest.mark.parametrize(
+    ("now", "busy_since", "last_look", "changed", "poll", "looks"),
+    [
+        (0.0, 0.0, -1e9, True, P, True),             # the first poll
+        (5.0, 0.0, 4.8, False, P, True),             # still fast: every poll looks
+        (FAST_FOR - 0.01, 0.0, 9.8, False, P, True),
+        (FAST_FOR, 0.0, 9.8, False, P, False),       # calm: a glance only
+        (30.0, 0.0, 29.0, False, P, False),
+        (30.0, 0.0, 30.0 - LOOK_EVERY, False, P, True),  # the periodic full look
+        (30.0, 0.0, 29.9, True, P, True),            # the glance saw a change
+        (30.0, 25.0, 29.9, False, P, True),          # busy again (published, new attempt)
+        (30.0, 0.0, 24.0, False, 8.0, False),        # a poll interval over LOOK_EVERY...
+        (30.0, 0.0, 22.0, False, 8.0, True),         # ...spaces the full looks by it
+    ],
+)
+def test_when_a_follower_looks(now, busy_since, last_look, changed, poll, looks):
+    assert cadence.follower_looks(now, busy_since, last_look, changed, poll) is looks
+
+
+@pytest.mark.parametrize(
+    ("now", "busy_since", "poll", "nap"),
+    [
+        (0.0, 0.0, P, P),                    # fast: the poll interval
+        (FAST_FOR - 0.01, 0.0, P, P),
+        (FAST_FOR, 0.0, P, GLANCE_EVERY),    # calm: a glance every GLANCE_EVERY
+        (100.0, 95.0, P, P),                 # busy again
+        (100.0, 0.0, 2.0, 2.0),              # a slower --poll-interval is kept
+        (100.0, 0.0, 0.05, GLANCE_EVERY),    # a faster one only while busy
+    ],
+)
+def test_how_long_a_follower_naps(now, busy_since, poll, nap):
+    assert cadence.follower_nap(now, busy_since, poll) == pytest.approx(nap)
+
+
+@pytest.mark.parametrize(
+    ("changed", "changed_last", "now", "last_listing", "lists"),
+    [
+        (True, False, 1.0, 0.8, True),     # the directory changed
+        (False, True, 1.0, 0.8, True),     # one poll more (a same-tick second change)
+        (False, False, 1.0, 0.8, False),   # unchanged: a GETATTR, no listing
+        (False, False, 1.0 + LOOK_EVERY, 1.0, True),  # the periodic fallback
+    ],
+)
+def test_when_node0_lists_the_attempt_directory(changed, changed_last, now, last_listing,
+                                                 lists):
+    assert cadence.node0_lists(changed, changed_last, now, last_listing) is lists
+
+
+def _follower_rpcs(seconds: float, poll: float = P, glance_rpcs: int = 1,
+                   look_rpcs: int = 8) -> float:
+    """RPCs a follower that started at 0 and saw nothing change sends in [0, seconds],
+    with the jitter's worst case (every nap 20 % short)."""
+    now, busy, last_look, total = 0.0, 0.0, -1e9, 0.0
+    while now <= seconds:
+        if cadence.follower_looks(now, busy, last_look, now == 0.0, poll):
+            last_look = now
+            total += look_rpcs
+        else:
+            total += glance_rpcs
+        now += cadence.follower_nap(now, busy, poll) * 0.8
+    return total
+
+
+def test_a_calm_follower_stays_under_five_rpcs_a_second():
+    """The load bound, with a look costing 8 RPCs (the bed measures about 5-6: GETATTRs of
+    two directories, attempt.json and the own slot opened and read, the outcome looked up)
+    and the shortest naps the jitter allows: 1.25 glances/s/0.8 + a look per 4 s."""
+    after_ten = _follower_rpcs(70.0) - _follower_rpcs(FAST_FOR)
+    assert after_ten / (70.0 - FAST_FOR) <= 5.0
+
+
+def test_a_calm_follower_sees_a_nudge_within_a_second():
+    """The latency bound: the longest nap once calm, with the jitter's +20 %, plus the
+    look itself, stays under 1 s — the glance sees the nudge at the next poll."""
+    longest = cadence.follower_nap(100.0, 0.0, P) * 1.2
+    assert longest < 1.0
+    assert cadence.follower_looks(100.0, 0.0, 99.9, True, P)
+
+
+def test_node0_waits_for_a_calm_follower_to_object():
+    """A contested slot: node 0 nudges and waits at least a calm follower's longest nap
+    plus one poll, and never less than it did before (1.5 polls)."""
+    for poll in (0.05, 0.2, 1.0, 5.0):
+        wait = cadence.settle_wait(poll)
+        assert wait >= max(poll, GLANCE_EVERY) * 1.2 + poll
+        assert wait >= 1.5 * poll
+
+
+ROOT = "22 1 8:1 / / rw,relatime - ext4 /dev/sda1 rw"
+NFS = ("412 380 0:61 / /mnt/model rw,relatime shared:210 - nfs4 10.0.0.1:/export "
+       "rw,vers=4.2,hard,proto=tcp,sec=sys,addr=10.0.0.1")
+SSHFS = ("415 380 0:64 / /mnt/model rw,nosuid,nodev,relatime - fuse.sshfs "
+         "root@10.0.0.1:/export rw,user_id=0,group_id=0")
+
+
+@pytest.mark.parametrize(("lines", "path", "current"), [
+    ([ROOT], "/data", True),                   # a local disk
+    ([ROOT, NFS], "/mnt/model/shared", True),  # NFS revalidates on open
+    ([ROOT, SSHFS], "/mnt/model/shared", False),  # FUSE caches attributes and listings
+    ([ROOT, SSHFS], "/mnt/modelx", True),      # a prefix of the name is not its parent
+    ([ROOT, NFS, SSHFS], "/mnt/model", False),  # the last of stacked mounts wins
+    (["garbage", ""], "/mnt/model", True),     # unreadable: assume current
+])
+def test_which_volumes_glances_and_listings_can_be_trusted_on(lines, path, current):
+    from ascend_node.rendezvous.freshness import attributes_are_current
+    assert attributes_are_current(Path(path), "\n".join(lines)) is current
