@@ -1,0 +1,130 @@
+"""The real launchers consume what `boot` hands over: msrun (MindSpore) and torchrun (torch).
+
+Two pods, each in its own network namespace with its own IP, hostname, /etc/hosts and
+PID namespace (tests/netns_bed.py), share one directory. Each runs the real
+`ascend-node boot --launcher msrun -- JOB` (resp. `--launcher torch -- torchrun JOB`):
+discovery with the fake NPU tools, the rendezvous, the rank table, then exec into the
+real launcher from PyPI, which runs a real collective on the CPU across both pods
+(tests/launcher_jobs/). Asserted: the collective's result on every rank; every worker's
+rank is the rank the table gives its device; a job failing on one node ends both nodes
+non-zero; a node that never comes ends the other with the agent's exit 4 before any
+launcher starts; and the agent's own checks before exec on the real programs.
+
+Needs root (namespaces) and the launchers' venvs that `scripts/ci-setup-launchers`
+installs (cached per version); elsewhere every test skips and says why.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Union
+
+import pytest
+
+from ascend_node.sim.cluster import NodeResult, SimNode
+from tests.cluster_helpers import codes, explain, make_nodes, run
+from tests.launcher_envs import mindspore_venv, torch_venv
+from tests.netns_bed import SUBNET, Netns, wrap
+
+pytestmark = [pytest.mark.launchers, pytest.mark.netns, pytest.mark.multiprocess]
+
+JOBS = Path(__file__).resolve().parent / "launcher_jobs"
+
+
+def _need(venv: Union[Path, str]) -> Path:
+    if os.geteuid() != 0:
+        pytest.skip("the real-launcher pods need root (network, mount, PID namespaces)")
+    for tool in ("ip", "unshare"):
+        if shutil.which(tool) is None:
+            pytest.skip(f"`{tool}` is not installed")
+    if isinstance(venv, str):
+        pytest.skip(venv)
+    return venv
+
+
+@pytest.fixture(scope="module")
+def ms_venv() -> Path:
+    return _need(mindspore_venv())
+
+
+@pytest.fixture(scope="module")
+def torch_env() -> Path:
+    return _need(torch_venv())
+
+
+@dataclass
+class Job:
+    nodes: list[SimNode]
+    addresses: list[str]
+    out: Path
+    shared: Path
+
+    def records(self) -> list[dict[str, Any]]:
+        return [json.loads(p.read_text()) for p in sorted(self.out.glob("*.json"))]
+
+    def table(self) -> dict[str, Any]:
+        return json.loads((self.shared / "ranktable-L.json").read_text())
+
+    def table_ranks(self) -> dict[tuple[str, str], int]:
+        """(container_ip, device_id) -> rank_id, as the table says."""
+        return {(s["container_ip"], d["device_id"]): int(d["rank_id"])
+                for s in self.table()["server_list"] for d in s["device"]}
+
+
+def make_job(tmp: Path, netns: Netns, venv: Path, launcher: str, command: list[str], *,
+             nodes: int = 2, devices: int = 2, timeout: float = 60, first: int = 10,
+             hostname_resolves: bool = True, **env: str) -> Job:
+    """`nodes` pods booting into `launcher`; `python` and the launcher from `venv`."""
+    sims = make_nodes(tmp, nodes, devices=devices, timeout=timeout, run_id="L")
+    out = tmp / "out"
+    out.mkdir()
+    addresses = [f"{SUBNET}.{first + i}" for i in range(nodes)]
+    for node, address in zip(sims, addresses):
+        name = netns.pod(address)
+        host = f"node-{node.index}"
+        hosts = ("127.0.0.1 localhost\n" + f"{address} {host}\n" if hostname_resolves
+                 else f"127.0.0.1 localhost {host}\n")
+        node.env.update({
+            "K8S_POD_IP": address, "K8S_HOST_IP": address, "JOB_OUT": str(out),
+            "PATH": f"{venv / 'bin'}{os.pathsep}{node.env.get('PATH', os.defpath)}", **env,
+        })
+        cwd = node.state_dir.parent
+        cwd.mkdir(parents=True, exist_ok=True)
+        agent = [sys.executable, "-m", "ascend_node", "boot", "--launcher", launcher,
+                 "--", *command]
+        node.argv = wrap(name, host, hosts, cwd, agent)
+    return Job(sims, addresses, out, tmp / "shared")
+
+
+def logs(job: Job, results: list[NodeResult]) -> str:
+    """Agent stderr, then what the launcher and its workers printed, for a failure message."""
+    parts = [explain(results)]
+    for node in job.nodes:
+        for log in sorted(node.state_dir.parent.glob("*.log")):
+            parts.append(f"--- node {node.index} {log.name}:\n{log.read_text()[-1500:]}")
+        parts.append(f"--- node {node.index} stdout:\n"
+                     f"{(node.state_dir.parent / 'stdout.txt').read_text()[-1500:]}")
+    return "\n".join(parts)
+
+
+def test_msrun_allreduce_across_two_pods_with_the_tables_ranks(
+    tmp_path: Path, netns: Netns, ms_venv: Path,
+) -> None:
+    job = make_job(tmp_path, netns, ms_venv, "msrun", [str(JOBS / "ms_allreduce.py")])
+    results = run(job.nodes, timeout=120)
+    assert codes(results) == [0, 0], logs(job, results)
+    records = job.records()
+    world = 4
+    assert len(records) == world, logs(job, results)
+    ranks = job.table_ranks()
+    for rec in records:
+        assert rec["sum"] == sum(range(1, world + 1)), rec
+        assert rec["size"] == world
+        # msrun's RANK_ID, the rank init() gave, and the table's rank of the worker's card
+        assert int(rec["rank_id"]) == rec["rank"] == ranks[(rec["node"], rec["device_id"])], rec
+    assert sorted(r["rank"] for r in records) == list(range(world))
