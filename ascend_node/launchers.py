@@ -12,8 +12,9 @@ world from one document instead of each counting on its own:
 - `torch`   — torchrun / torch_npu_run: standard MASTER_ADDR/NODE_RANK variables, plus
   their `PET_*` twins, which torchrun reads as defaults for its own flags.
 
-Each function returns `Launch(argv, env)`: the argv to exec and the variables to add
-to the server's environment (on top of the set_env.sh result).
+Each function returns `Launch(argv, env, check)`: the argv to exec, the variables to add
+to the server's environment (on top of the set_env.sh result), and, for msrun, the
+interpreter its workers will run, which `boot` checks before exec.
 """
 
 from __future__ import annotations
@@ -28,13 +29,29 @@ from ascend_node.launch import DEFAULT_MINDIE_DAEMON
 LAUNCHERS = ("mindie", "msrun", "ranktable-env", "torch")
 DEFAULT_MSRUN_PORT = 8118  # msrun's own default
 DEFAULT_TORCH_PORT = 29500  # torchrun's own default
+# msrun's --cluster_time_out follows the agent's time left, but never below this: every
+# worker must import MindSpore (~3 s, several times that on a loaded node) and register
+# within it, or even a complete job fails to build its cluster.
+MSRUN_MIN_CLUSTER_TIMEOUT = 30
+# msrun runs its task script with `python` from PATH unless the command starts with one of
+# these (mindspore parallel/cluster/process_entity/_utils.py, _generate_cmd_args_list).
+MSRUN_OWN_INTERPRETERS = ("python", "python3", "pytest")
+
+
+class InterpreterCheck(NamedTuple):
+    """`interpreter` (looked up on the server's PATH) must find `module` before exec."""
+
+    interpreter: str
+    module: str
+    launcher: str
 
 
 class Launch(NamedTuple):
-    """The argv to exec and the extra environment it needs."""
+    """The argv to exec, the extra environment it needs, and what to check before exec."""
 
     argv: list[str]
     env: dict[str, str]
+    check: Optional[InterpreterCheck] = None
 
 
 @dataclass(frozen=True)
@@ -139,21 +156,46 @@ def mindie_launch(mindie_env: Mapping[str, str], command: Optional[Sequence[str]
     return Launch(argv, {str(k): str(v) for k, v in mindie_env.items()})
 
 
+def msrun_cluster_timeout(seconds_left: float) -> int:
+    """msrun's `--cluster_time_out` for an agent with `seconds_left` of its `--timeout`.
+
+    msrun waits that long (as MS_TOPO_TIMEOUT) for every node's workers to register, 600 s
+    by default, whatever the agent's own timeout: a node that passed the rendezvous but
+    whose msrun never starts kept the others waiting ten minutes. Following the time the
+    agent has left ends them within the agent's timeout, at least
+    MSRUN_MIN_CLUSTER_TIMEOUT seconds so the workers of a healthy job can register.
+    """
+    whole = int(seconds_left) + (0 if seconds_left == int(seconds_left) else 1)
+    return max(MSRUN_MIN_CLUSTER_TIMEOUT, whole)
+
+
+def msrun_interpreter(command: Sequence[str]) -> Optional[str]:
+    """The interpreter msrun starts the task with: the command's own `python`/`python3`,
+    else a bare `python` from PATH; None for `pytest` (a script, not checked)."""
+    first = str(command[0]) if command else ""
+    if first == "pytest":
+        return None
+    return first if first in MSRUN_OWN_INTERPRETERS else "python"
+
+
 def msrun_launch(
     table: Mapping[str, Any],
     container_ip: str,
     command: Optional[Sequence[str]],
     master_port: int = DEFAULT_MSRUN_PORT,
+    cluster_time_out: Optional[int] = None,
 ) -> Launch:
     """`msrun --worker_num=… --local_worker_num=… --master_addr=… --master_port=…
-    [--node_rank=…] --join=True SCRIPT ARGS…`.
+    [--node_rank=…] [--cluster_time_out=…] --join=True SCRIPT ARGS…`.
 
     `--node_rank` is the server's table position, which makes msrun give each worker
     the rank the table gives its card; it is left out when device counts differ
     (MindSpore's docs: with uneven workers per node let msrun assign ranks).
     `--join=True` because msrun otherwise returns at once after spawning the workers,
     and after exec its exit would end the container. The command is msrun's
-    `task_script` and its arguments, e.g. `train.py --config x.yaml`.
+    `task_script` and its arguments, e.g. `train.py --config x.yaml`. `cluster_time_out`
+    comes from `msrun_cluster_timeout`. The check names the interpreter msrun will start
+    (`msrun_interpreter`), which must find MindSpore.
     """
     user = _need_command("msrun", command, "train.py --config cfg.yaml")
     node = node_slice(table, container_ip)
@@ -166,8 +208,12 @@ def msrun_launch(
     ]
     if node.uniform:
         argv.append(f"--node_rank={node.server_index}")
+    if cluster_time_out is not None:
+        argv.append(f"--cluster_time_out={cluster_time_out}")
     argv.append("--join=True")
-    return Launch(argv + user, {})
+    interpreter = msrun_interpreter(user)
+    check = InterpreterCheck(interpreter, "mindspore", "msrun") if interpreter else None
+    return Launch(argv + user, {}, check)
 
 
 def ranktable_env_launch(
@@ -251,8 +297,10 @@ def plan_launch(
     rank_table_file: str = "",
     mindie_env: Optional[Mapping[str, str]] = None,
     master_port: Optional[int] = None,
+    seconds_left: Optional[float] = None,
 ) -> Launch:
-    """Dispatch on the launcher name (one of LAUNCHERS); `table` may be None for mindie."""
+    """Dispatch on the launcher name (one of LAUNCHERS); `table` may be None for mindie.
+    `seconds_left` is what remains of the agent's `--timeout` (msrun's cluster timeout)."""
     if launcher == "mindie":
         return mindie_launch(mindie_env or {}, command)
     if launcher not in LAUNCHERS:
@@ -260,7 +308,9 @@ def plan_launch(
     if table is None:
         raise ConfigError(f"launcher {launcher} needs the rank table", "run the ranktable step")
     if launcher == "msrun":
-        return msrun_launch(table, container_ip, command, master_port or DEFAULT_MSRUN_PORT)
+        timeout = None if seconds_left is None else msrun_cluster_timeout(seconds_left)
+        return msrun_launch(table, container_ip, command, master_port or DEFAULT_MSRUN_PORT,
+                            timeout)
     if launcher == "torch":
         return torch_launch(table, container_ip, command, master_port or DEFAULT_TORCH_PORT)
     return ranktable_env_launch(table, container_ip, command, rank_table_file)

@@ -118,19 +118,50 @@ def test_not_executable_command_exits_126(tmp_path):
     assert codes(results) == [126], explain(results)
 
 
-def test_msrun_launcher_gets_its_flags_from_the_table(tmp_path):
-    recorder = tmp_path / "msrun"
+def msrun_nodes(tmp_path, with_mindspore):
+    """Two pods booting into a recording `msrun`; `python` on their PATH finds a
+    `mindspore` package or not (tests/test_launchers_real.py runs the real one)."""
+    recorder = tmp_path / "bin" / "msrun"
+    recorder.parent.mkdir()
     out = tmp_path / "msrun-args"
     recorder.write_text(f'#!/bin/sh\necho "$@" > {out}.$MIES_CONTAINER_IP\n')
     recorder.chmod(0o755)
+    python = recorder.parent / "python"
+    python.symlink_to(sys.executable)
+    site = tmp_path / "site"
+    if with_mindspore:
+        (site / "mindspore").mkdir(parents=True)
+        (site / "mindspore" / "__init__.py").write_text("")
     nodes = boot_nodes(tmp_path, nodes=2, ASCEND_NODE_LAUNCHER="msrun")
     for node in nodes:
-        node.env["PATH"] = f"{tmp_path}:{node.env['PATH']}"
+        node.env["PATH"] = f"{recorder.parent}:{node.env['PATH']}"
+        node.env["PYTHONPATH"] = str(site)
         node.argv = [sys.executable, "-m", "ascend_node", "boot", "--", "train.py", "--x"]
+    return nodes
+
+
+def test_msrun_launcher_gets_its_flags_from_the_table(tmp_path):
+    nodes = msrun_nodes(tmp_path, with_mindspore=True)
     results = launch(nodes, 30)
     assert codes(results) == [0, 0], explain(results)
     args = (tmp_path / f"msrun-args.{nodes[1].env['K8S_POD_IP']}").read_text().split()
     assert "--worker_num=8" in args and "--local_worker_num=4" in args
     assert f"--master_addr={nodes[0].env['K8S_POD_IP']}" in args
     assert "--node_rank=1" in args
-    assert args[-2:] == ["train.py", "--x"]
+    # the agent's --timeout is 30 s: msrun's cluster wait is what is left, at least 30 s
+    assert "--cluster_time_out=30" in args
+    assert args[-3:] == ["--join=True", "train.py", "--x"]
+
+
+def test_msrun_with_a_python_on_path_that_lacks_mindspore_exits_127_before_exec(tmp_path):
+    nodes = msrun_nodes(tmp_path, with_mindspore=False)
+    results = launch(nodes, 30)
+    assert codes(results) == [127, 127], explain(results)
+    python = tmp_path / "bin" / "python"
+    for result in results:
+        assert (f"ascend-node: error: msrun starts its workers with `python` from PATH, "
+                f"and {python} cannot import mindspore (PATH={tmp_path / 'bin'}:") \
+            in result.stderr
+        status = json.loads((result.state_dir / "status.json").read_text())
+        assert status["state"] == "failed" and status["exit_code"] == 127
+    assert not list(tmp_path.glob("msrun-args.*")), "msrun must not have started"

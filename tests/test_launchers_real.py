@@ -128,3 +128,53 @@ def test_msrun_allreduce_across_two_pods_with_the_tables_ranks(
         # msrun's RANK_ID, the rank init() gave, and the table's rank of the worker's card
         assert int(rec["rank_id"]) == rec["rank"] == ranks[(rec["node"], rec["device_id"])], rec
     assert sorted(r["rank"] for r in records) == list(range(world))
+
+
+def test_torchrun_all_reduce_across_two_pods_with_the_tables_ranks(
+    tmp_path: Path, netns: Netns, torch_env: Path,
+) -> None:
+    job = make_job(tmp_path, netns, torch_env, "torch",
+                   ["torchrun", str(JOBS / "torch_allreduce.py")])
+    results = run(job.nodes, timeout=120)
+    assert codes(results) == [0, 0], logs(job, results)
+    records = job.records()
+    world = 4
+    assert len(records) == world, logs(job, results)
+    ranks = job.table_ranks()
+    for rec in records:
+        assert rec["sum"] == sum(range(1, world + 1)), rec
+        assert rec["size"] == world
+        # torchrun's RANK, the process group's rank, and the table's rank of the card at
+        # LOCAL_RANK on this node (fake cards are numbered from 0, so LOCAL_RANK = device_id)
+        assert int(rec["rank_env"]) == rec["rank"] == ranks[(rec["node"], rec["local_rank"])]
+    assert sorted(r["rank"] for r in records) == list(range(world))
+
+
+@pytest.mark.parametrize("launcher", ["msrun", "torch"])
+def test_a_job_failing_on_one_node_ends_both_nodes_non_zero(
+    tmp_path: Path, netns: Netns, launcher: str, request: pytest.FixtureRequest,
+) -> None:
+    venv = request.getfixturevalue("ms_venv" if launcher == "msrun" else "torch_env")
+    command = ([str(JOBS / "ms_allreduce.py")] if launcher == "msrun"
+               else ["torchrun", str(JOBS / "torch_allreduce.py")])
+    job = make_job(tmp_path, netns, venv, launcher, command, JOB_FAIL_ON=f"{SUBNET}.11")
+    results = run(job.nodes, timeout=120)
+    assert all(code != 0 for code in codes(results)), logs(job, results)
+    assert job.records() == [], "no rank may finish the collective"
+    print(f"{launcher}: exits {codes(results)} after "
+          f"{', '.join(f'{r.seconds:.1f}' for r in results)} s")
+
+
+@pytest.mark.parametrize("launcher", ["msrun", "torch"])
+def test_a_hostname_resolving_to_loopback_still_gives_the_right_collective(
+    tmp_path: Path, netns: Netns, launcher: str, request: pytest.FixtureRequest,
+) -> None:
+    """Outside a pod's /etc/hosts the hostname may resolve to 127.0.x: gloo would advertise
+    loopback to its peers; the agent points gloo (and HCCL) at the pod's interface."""
+    venv = request.getfixturevalue("ms_venv" if launcher == "msrun" else "torch_env")
+    command = ([str(JOBS / "ms_allreduce.py")] if launcher == "msrun"
+               else ["torchrun", str(JOBS / "torch_allreduce.py")])
+    job = make_job(tmp_path, netns, venv, launcher, command, hostname_resolves=False)
+    results = run(job.nodes, timeout=90)
+    assert codes(results) == [0, 0], logs(job, results)
+    assert sorted(r["sum"] for r in job.records()) == [10.0] * 4

@@ -10,9 +10,8 @@ import json
 import os
 import sys
 
-import numpy as np
-
 import mindspore as ms
+import numpy as np
 from mindspore import Tensor, ops
 from mindspore.communication import get_group_size, get_rank, init
 
