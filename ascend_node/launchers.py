@@ -33,6 +33,10 @@ DEFAULT_TORCH_PORT = 29500  # torchrun's own default
 # worker must import MindSpore (~3 s, several times that on a loaded node) and register
 # within it, or even a complete job fails to build its cluster.
 MSRUN_MIN_CLUSTER_TIMEOUT = 30
+# What msrun spends around that wait when a node's workers never come: MS_TOPO_TIMEOUT
+# counts from each worker's init() (after its ~3 s import), and after it the workers retry
+# the scheduler for ~17 s before they exit (seen with MindSpore 2.10 on two nodes).
+MSRUN_EXIT_ALLOWANCE = 20
 # msrun runs its task script with `python` from PATH unless the command starts with one of
 # these (mindspore parallel/cluster/process_entity/_utils.py, _generate_cmd_args_list).
 MSRUN_OWN_INTERPRETERS = ("python", "python3", "pytest")
@@ -161,12 +165,13 @@ def msrun_cluster_timeout(seconds_left: float) -> int:
 
     msrun waits that long (as MS_TOPO_TIMEOUT) for every node's workers to register, 600 s
     by default, whatever the agent's own timeout: a node that passed the rendezvous but
-    whose msrun never starts kept the others waiting ten minutes. Following the time the
-    agent has left ends them within the agent's timeout, at least
-    MSRUN_MIN_CLUSTER_TIMEOUT seconds so the workers of a healthy job can register.
+    whose msrun never starts kept the others waiting ten minutes. The time the agent has
+    left, less MSRUN_EXIT_ALLOWANCE for msrun's own start and exit, ends them at about the
+    agent's deadline; at least MSRUN_MIN_CLUSTER_TIMEOUT seconds, so the workers of a
+    healthy job can register even when the rendezvous took nearly all of it.
     """
     whole = int(seconds_left) + (0 if seconds_left == int(seconds_left) else 1)
-    return max(MSRUN_MIN_CLUSTER_TIMEOUT, whole)
+    return max(MSRUN_MIN_CLUSTER_TIMEOUT, whole - MSRUN_EXIT_ALLOWANCE)
 
 
 def msrun_interpreter(command: Sequence[str]) -> Optional[str]:

@@ -11,6 +11,7 @@ from ascend_node.hostnic import NicFacts, interface_of, nic_plan
 from ascend_node.launch import DEFAULT_MINDIE_DAEMON
 from ascend_node.launchers import (
     LAUNCHERS,
+    MSRUN_EXIT_ALLOWANCE,
     MSRUN_MIN_CLUSTER_TIMEOUT,
     InterpreterCheck,
     Launch,
@@ -109,9 +110,11 @@ def test_msrun_cluster_time_out_goes_before_join() -> None:
 @pytest.mark.parametrize(
     ("seconds_left", "expected"),
     [
-        (840.0, 840),  # the agent's --timeout 900, 60 s spent on the rendezvous
-        (95.2, 96),  # whole seconds, never less than the agent has left
-        (MSRUN_MIN_CLUSTER_TIMEOUT + 0.0, MSRUN_MIN_CLUSTER_TIMEOUT),
+        # the agent's --timeout 900, 60 s spent on the rendezvous: msrun's start and exit
+        # fit in the rest
+        (840.0, 840 - MSRUN_EXIT_ALLOWANCE),
+        (95.2, 96 - MSRUN_EXIT_ALLOWANCE),  # whole seconds
+        (MSRUN_MIN_CLUSTER_TIMEOUT + MSRUN_EXIT_ALLOWANCE + 0.0, MSRUN_MIN_CLUSTER_TIMEOUT),
         (3.0, MSRUN_MIN_CLUSTER_TIMEOUT),  # the workers of a healthy job must fit
         (-5.0, MSRUN_MIN_CLUSTER_TIMEOUT),  # past the deadline (a slow pre-flight)
     ],
@@ -125,7 +128,7 @@ def test_msrun_cluster_timeout_follows_the_agents_time_left(
 def test_plan_launch_gives_msrun_the_time_left_and_torch_nothing_of_it() -> None:
     msrun = plan_launch("msrun", table=TWO_BY_EIGHT, container_ip="172.16.0.1",
                         command=["t.py"], seconds_left=120.5)
-    assert "--cluster_time_out=121" in msrun.argv
+    assert f"--cluster_time_out={121 - MSRUN_EXIT_ALLOWANCE}" in msrun.argv
     torch = plan_launch("torch", table=TWO_BY_EIGHT, container_ip="172.16.0.1",
                         command=["torchrun", "t.py"], seconds_left=120.5)
     assert not any("time" in a for a in torch.argv) and torch.check is None

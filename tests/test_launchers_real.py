@@ -26,6 +26,7 @@ from typing import Any, Union
 
 import pytest
 
+from ascend_node.launchers import MSRUN_EXIT_ALLOWANCE, MSRUN_MIN_CLUSTER_TIMEOUT
 from ascend_node.sim.cluster import NodeResult, SimNode
 from tests.cluster_helpers import codes, explain, make_nodes, run
 from tests.launcher_envs import mindspore_venv, torch_venv
@@ -178,3 +179,47 @@ def test_a_hostname_resolving_to_loopback_still_gives_the_right_collective(
     results = run(job.nodes, timeout=90)
     assert codes(results) == [0, 0], logs(job, results)
     assert sorted(r["sum"] for r in job.records()) == [10.0] * 4
+
+
+@pytest.mark.parametrize("launcher", ["msrun", "torch"])
+def test_a_node_that_never_comes_ends_the_other_with_4_before_any_launcher(
+    tmp_path: Path, netns: Netns, launcher: str, request: pytest.FixtureRequest,
+) -> None:
+    venv = request.getfixturevalue("ms_venv" if launcher == "msrun" else "torch_env")
+    command = ([str(JOBS / "ms_allreduce.py")] if launcher == "msrun"
+               else ["torchrun", str(JOBS / "torch_allreduce.py")])
+    job = make_job(tmp_path, netns, venv, launcher, command, timeout=8)
+    results = run(job.nodes[:1], timeout=60)
+    assert codes(results) == [4], logs(job, results)
+    assert "timed out after 8 s waiting for peers: 1 of 2 missing: worker 0 (node 1)" \
+        in results[0].stderr
+    cwd = job.nodes[0].state_dir.parent
+    assert "exec " not in results[0].stderr
+    assert not list(cwd.glob("*.log")) and job.records() == [], "no launcher may have started"
+
+
+def test_msrun_on_a_node_whose_python_lacks_mindspore_ends_both_within_the_agents_timeout(
+    tmp_path: Path, netns: Netns, ms_venv: Path,
+) -> None:
+    """Node 1's image puts an interpreter without MindSpore first on PATH: its agent stops
+    before exec with 127 naming PATH; node 0's msrun, which waits for node 1's workers,
+    gives up after the agent's time left instead of msrun's default 600 s."""
+    timeout = 50
+    job = make_job(tmp_path, netns, ms_venv, "msrun", [str(JOBS / "ms_allreduce.py")],
+                   timeout=timeout)
+    bare = Path(sys.executable).parent  # the agent's own venv: a `python` without MindSpore
+    node1 = job.nodes[1].env
+    node1["PATH"] = f"{bare}{os.pathsep}{node1['PATH']}"
+    results = run(job.nodes, timeout=240)
+    assert results[1].exit_code == 127, logs(job, results)
+    assert (f"msrun starts its workers with `python` from PATH, and {bare / 'python'} cannot "
+            f"import mindspore (PATH={bare}{os.pathsep}") in results[1].stderr
+    assert results[0].exit_code != 0, logs(job, results)
+    exec_line = next(ln for ln in results[0].stderr.splitlines() if " exec msrun " in ln)
+    waited = int(exec_line.split("--cluster_time_out=", 1)[1].split()[0])
+    assert MSRUN_MIN_CLUSTER_TIMEOUT <= waited <= timeout - MSRUN_EXIT_ALLOWANCE, exec_line
+    print(f"node 0: --cluster_time_out={waited}, ended after {results[0].seconds:.1f} s "
+          f"(agent timeout {timeout} s; msrun's default wait is 600 s)")
+    # around the wait: the workers' import (3 s, far more on a loaded machine) and ~17 s
+    # of retries before they exit; the old 600 s default would run into run()'s kill
+    assert results[0].seconds < waited + 150, "msrun must give up on its own"
