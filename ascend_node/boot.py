@@ -19,7 +19,7 @@ from ascend_node.bootstrap import TableResult
 from ascend_node.errors import ConfigError
 from ascend_node.install import WHEEL_DIR_ENV, install_atb_wheel, wheel_dirs_from_env
 from ascend_node.launch import check_interpreter, exec_command
-from ascend_node.launchers import LAUNCHERS, plan_launch
+from ascend_node.launchers import LAUNCHERS, USER_WINS, plan_launch
 from ascend_node.mindie import (
     config_path_from_env,
     load_config,
@@ -107,9 +107,10 @@ def prepare_exec(
         mindie_env=table_env, master_port=settings.master_port, seconds_left=seconds_left,
     )
     nic = _nic_env(opts.launcher, identity.pod_ip, env)
-    added = {**(delta.changed if delta else {}), **table_env, **launch.env, **nic}
+    planned = {k: v for k, v in launch.env.items() if not (k in USER_WINS and env.get(k))}
+    added = {**(delta.changed if delta else {}), **table_env, **planned, **nic}
     env.update(table_env)
-    env.update(launch.env)
+    env.update(planned)
     env.update(nic)
     if launch.check is not None:
         found = check_interpreter(*launch.check, env)

@@ -42,6 +42,10 @@ MSRUN_EXIT_ALLOWANCE = 20
 MSRUN_OWN_INTERPRETERS = ("python", "python3", "pytest")
 
 
+# Variables a launcher plan sets only where the user has not: their own value wins.
+USER_WINS = ("PET_RDZV_CONF",)
+
+
 class InterpreterCheck(NamedTuple):
     """`interpreter` (looked up on the server's PATH) must find `module` before exec."""
 
@@ -174,6 +178,13 @@ def msrun_cluster_timeout(seconds_left: float) -> int:
     return max(MSRUN_MIN_CLUSTER_TIMEOUT, whole - MSRUN_EXIT_ALLOWANCE)
 
 
+def torch_rdzv_timeout(seconds_left: float) -> int:
+    """torchrun's static-rendezvous timeout (`--rdzv_conf timeout=`, 600 s by default,
+    torch/distributed/elastic/rendezvous/static_tcp_rendezvous.py), by the same rule as
+    msrun's cluster wait: the agent's time left, less the launcher's start and exit."""
+    return msrun_cluster_timeout(seconds_left)
+
+
 def msrun_interpreter(command: Sequence[str]) -> Optional[str]:
     """The interpreter msrun starts the task with: the command's own `python`/`python3`,
     else a bare `python` from PATH; None for `pytest` (a script, not checked)."""
@@ -263,6 +274,7 @@ def torch_launch(
     container_ip: str,
     command: Optional[Sequence[str]],
     master_port: int = DEFAULT_TORCH_PORT,
+    rdzv_timeout: Optional[int] = None,
 ) -> Launch:
     """The user's command (typically `torchrun train.py`) with the torch rendezvous env.
 
@@ -270,7 +282,9 @@ def torch_launch(
     NPROC_PER_NODE, and PET_NNODES/PET_NPROC_PER_NODE/PET_NODE_RANK/PET_MASTER_ADDR/
     PET_MASTER_PORT, which torchrun takes as the defaults of its flags — so a bare
     `torchrun train.py` joins the right world. torchrun needs the same process count
-    on every node, hence uneven device counts are refused.
+    on every node, hence uneven device counts are refused. `rdzv_timeout` becomes
+    PET_RDZV_CONF=timeout=N (torchrun's wait for the other nodes; `boot` keeps a
+    PET_RDZV_CONF the user set, see USER_WINS).
     """
     user = _need_command("torch", command, "torchrun train.py")
     node = node_slice(table, container_ip)
@@ -290,6 +304,8 @@ def torch_launch(
     env = dict(values)
     env["WORLD_SIZE"] = str(node.total_devices)
     env.update({f"PET_{k}": v for k, v in values.items()})
+    if rdzv_timeout is not None:
+        env["PET_RDZV_CONF"] = f"timeout={rdzv_timeout}"
     return Launch(user, env)
 
 
@@ -317,5 +333,7 @@ def plan_launch(
         return msrun_launch(table, container_ip, command, master_port or DEFAULT_MSRUN_PORT,
                             timeout)
     if launcher == "torch":
-        return torch_launch(table, container_ip, command, master_port or DEFAULT_TORCH_PORT)
+        wait = None if seconds_left is None else torch_rdzv_timeout(seconds_left)
+        return torch_launch(table, container_ip, command, master_port or DEFAULT_TORCH_PORT,
+                            wait)
     return ranktable_env_launch(table, container_ip, command, rank_table_file)

@@ -165,3 +165,24 @@ def test_msrun_with_a_python_on_path_that_lacks_mindspore_exits_127_before_exec(
         status = json.loads((result.state_dir / "status.json").read_text())
         assert status["state"] == "failed" and status["exit_code"] == 127
     assert not list(tmp_path.glob("msrun-args.*")), "msrun must not have started"
+
+
+@pytest.mark.parametrize(("given", "expected"), [(None, "timeout=30"),
+                                                 ("timeout=1800", "timeout=1800")])
+def test_torchrun_waits_the_agents_time_left_unless_the_user_chose(tmp_path, given, expected):
+    """PET_RDZV_CONF is torchrun's default for --rdzv_conf; the agent's timeout is 30 s."""
+    recorder = tmp_path / "bin" / "torchrun"
+    recorder.parent.mkdir()
+    recorder.write_text(f'#!/bin/sh\necho "$PET_RDZV_CONF" > {tmp_path}/rdzv.$MIES_CONTAINER_IP\n')
+    recorder.chmod(0o755)
+    nodes = boot_nodes(tmp_path, nodes=2)
+    for node in nodes:
+        node.env["PATH"] = f"{recorder.parent}:{node.env['PATH']}"
+        if given:
+            node.env["PET_RDZV_CONF"] = given
+        node.argv = [sys.executable, "-m", "ascend_node", "boot", "--launcher", "torch", "--",
+                     "torchrun", "train.py"]
+    results = launch(nodes, 30)
+    assert codes(results) == [0, 0], explain(results)
+    for node in nodes:
+        assert (tmp_path / f"rdzv.{node.env['K8S_POD_IP']}").read_text().strip() == expected

@@ -125,13 +125,14 @@ def test_msrun_cluster_timeout_follows_the_agents_time_left(
     assert msrun_cluster_timeout(seconds_left) == expected
 
 
-def test_plan_launch_gives_msrun_the_time_left_and_torch_nothing_of_it() -> None:
+def test_plan_launch_gives_each_launchers_wait_the_agents_time_left() -> None:
     msrun = plan_launch("msrun", table=TWO_BY_EIGHT, container_ip="172.16.0.1",
                         command=["t.py"], seconds_left=120.5)
     assert f"--cluster_time_out={121 - MSRUN_EXIT_ALLOWANCE}" in msrun.argv
     torch = plan_launch("torch", table=TWO_BY_EIGHT, container_ip="172.16.0.1",
                         command=["torchrun", "t.py"], seconds_left=120.5)
     assert not any("time" in a for a in torch.argv) and torch.check is None
+    assert torch.env["PET_RDZV_CONF"] == f"timeout={121 - MSRUN_EXIT_ALLOWANCE}"
 
 
 @pytest.mark.parametrize(

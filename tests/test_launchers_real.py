@@ -223,3 +223,24 @@ def test_msrun_on_a_node_whose_python_lacks_mindspore_ends_both_within_the_agent
     # around the wait: the workers' import (3 s, far more on a loaded machine) and ~17 s
     # of retries before they exit; the old 600 s default would run into run()'s kill
     assert results[0].seconds < waited + 150, "msrun must give up on its own"
+
+
+def test_torchrun_on_a_node_without_torchrun_ends_the_other_within_the_agents_timeout(
+    tmp_path: Path, netns: Netns, torch_env: Path,
+) -> None:
+    """Node 1's image has no torchrun: its agent exits 127; node 0's torchrun, waiting in
+    its static rendezvous (600 s by default), gives up after the agent's time left."""
+    timeout = 50
+    job = make_job(tmp_path, netns, torch_env, "torch",
+                   ["torchrun", str(JOBS / "torch_allreduce.py")], timeout=timeout)
+    job.nodes[1].env["PATH"] = os.defpath
+    results = run(job.nodes, timeout=240)
+    assert results[1].exit_code == 127, logs(job, results)
+    assert "exec torchrun failed: not found on PATH=" in results[1].stderr
+    assert results[0].exit_code != 0, logs(job, results)
+    env = json.loads((job.nodes[0].state_dir / "env.json").read_text())["env"]
+    waited = int(env["PET_RDZV_CONF"].removeprefix("timeout="))
+    assert MSRUN_MIN_CLUSTER_TIMEOUT <= waited <= timeout - MSRUN_EXIT_ALLOWANCE, env
+    print(f"node 0: PET_RDZV_CONF=timeout={waited}, ended after {results[0].seconds:.1f} s "
+          f"(agent timeout {timeout} s; torchrun's default wait is 600 s)")
+    assert results[0].seconds < waited + 150, "torchrun must give up on its own"
