@@ -68,6 +68,11 @@ class Job:
     def records(self) -> list[dict[str, Any]]:
         return [json.loads(p.read_text()) for p in sorted(self.out.glob("*.json"))]
 
+    def env_of(self, node: SimNode) -> dict[str, str]:
+        """What the agent added to the launcher's environment (its env.json)."""
+        doc = json.loads((node.state_dir / "env.json").read_text())
+        return {str(k): str(v) for k, v in doc["env"].items()}
+
     def table(self) -> dict[str, Any]:
         return json.loads((self.shared / "ranktable-L.json").read_text())
 
@@ -129,6 +134,8 @@ def test_msrun_allreduce_across_two_pods_with_the_tables_ranks(
         # msrun's RANK_ID, the rank init() gave, and the table's rank of the worker's card
         assert int(rec["rank_id"]) == rec["rank"] == ranks[(rec["node"], rec["device_id"])], rec
     assert sorted(r["rank"] for r in records) == list(range(world))
+    for node in job.nodes:  # a pod's hostname resolves to its IP on its only NIC
+        assert not {"GLOO_SOCKET_IFNAME", "HCCL_IF_IP"} & set(job.env_of(node))
 
 
 def test_torchrun_all_reduce_across_two_pods_with_the_tables_ranks(
@@ -149,6 +156,8 @@ def test_torchrun_all_reduce_across_two_pods_with_the_tables_ranks(
         # LOCAL_RANK on this node (fake cards are numbered from 0, so LOCAL_RANK = device_id)
         assert int(rec["rank_env"]) == rec["rank"] == ranks[(rec["node"], rec["local_rank"])]
     assert sorted(r["rank"] for r in records) == list(range(world))
+    for node in job.nodes:  # a pod's hostname resolves to its IP on its only NIC
+        assert not {"GLOO_SOCKET_IFNAME", "HCCL_IF_IP"} & set(job.env_of(node))
 
 
 @pytest.mark.parametrize("launcher", ["msrun", "torch"])
@@ -179,6 +188,10 @@ def test_a_hostname_resolving_to_loopback_still_gives_the_right_collective(
     results = run(job.nodes, timeout=90)
     assert codes(results) == [0, 0], logs(job, results)
     assert sorted(r["sum"] for r in job.records()) == [10.0] * 4
+    for node, address in zip(job.nodes, job.addresses):
+        env = job.env_of(node)
+        assert env["HCCL_IF_IP"] == address
+        assert env.get("GLOO_SOCKET_IFNAME") == ("eth0" if launcher == "torch" else None)
 
 
 @pytest.mark.parametrize("launcher", ["msrun", "torch"])
@@ -238,7 +251,7 @@ def test_torchrun_on_a_node_without_torchrun_ends_the_other_within_the_agents_ti
     assert results[1].exit_code == 127, logs(job, results)
     assert "exec torchrun failed: not found on PATH=" in results[1].stderr
     assert results[0].exit_code != 0, logs(job, results)
-    env = json.loads((job.nodes[0].state_dir / "env.json").read_text())["env"]
+    env = job.env_of(job.nodes[0])
     waited = int(env["PET_RDZV_CONF"].removeprefix("timeout="))
     assert MSRUN_MIN_CLUSTER_TIMEOUT <= waited <= timeout - MSRUN_EXIT_ALLOWANCE, env
     print(f"node 0: PET_RDZV_CONF=timeout={waited}, ended after {results[0].seconds:.1f} s "
