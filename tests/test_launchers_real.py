@@ -167,7 +167,10 @@ def test_a_job_failing_on_one_node_ends_both_nodes_non_zero(
     venv = request.getfixturevalue("ms_venv" if launcher == "msrun" else "torch_env")
     command = ([str(JOBS / "ms_allreduce.py")] if launcher == "msrun"
                else ["torchrun", str(JOBS / "torch_allreduce.py")])
-    job = make_job(tmp_path, netns, venv, launcher, command, JOB_FAIL_ON=f"{SUBNET}.11")
+    # MindSpore declares a silent worker lost after MS_NODE_TIMEOUT (30 s by default):
+    # shorter here, which can only make a job fail, never pass
+    job = make_job(tmp_path, netns, venv, launcher, command, JOB_FAIL_ON=f"{SUBNET}.11",
+                   MS_NODE_TIMEOUT="10")
     results = run(job.nodes, timeout=120)
     assert all(code != 0 for code in codes(results)), logs(job, results)
     assert job.records() == [], "no rank may finish the collective"
