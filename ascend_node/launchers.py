@@ -6,11 +6,17 @@ world from one document instead of each counting on its own:
 
 - `mindie`  — the MindIE daemon on every node (it finds itself in the table by
   `MIES_CONTAINER_IP`); the environment is what `boot` already computed.
-- `msrun`   — MindSpore's launcher, one per node, which spawns the per-card workers.
+- `msrun`   — MindSpore's launcher, one per node, which spawns the per-card workers
+  (as a bare `python`, checked before exec) and waits for the other nodes' as long as
+  the agent has left (`msrun_cluster_timeout`).
 - `ranktable-env` — MindSpore rank-table mode: the user's script starts one process
   per card itself and needs this node's slice of the table (see `ranktable_env_launch`).
 - `torch`   — torchrun / torch_npu_run: standard MASTER_ADDR/NODE_RANK variables, plus
-  their `PET_*` twins, which torchrun reads as defaults for its own flags.
+  their `PET_*` twins, which torchrun reads as defaults for its own flags, and
+  PET_RDZV_CONF so its wait for the other nodes follows the agent's time left.
+
+Which host NIC gloo and HCCL use is decided in `ascend_node.hostnic`; the real programs
+these were checked against are in docs/launchers.md.
 
 Each function returns `Launch(argv, env, check)`: the argv to exec, the variables to add
 to the server's environment (on top of the set_env.sh result), and, for msrun, the
