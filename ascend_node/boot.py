@@ -20,8 +20,8 @@ from ascend_node import events
 from ascend_node.bootstrap import TableResult, leave_summary
 from ascend_node.errors import ConfigError
 from ascend_node.install import WHEEL_DIR_ENV, install_atb_wheel, wheel_dirs_from_env
-from ascend_node.launch import exec_command
-from ascend_node.launchers import LAUNCHERS, plan_launch
+from ascend_node.launch import check_interpreter, exec_command
+from ascend_node.launchers import LAUNCHERS, USER_WINS, plan_launch
 from ascend_node.mindie import (
     config_path_from_env,
     load_config,
@@ -119,17 +119,25 @@ def prepare_exec(
             for name in RANK_TABLE_VARS:
                 table_env.pop(name, None)
                 env.pop(name, None)
+    seconds_left = settings.timeout - (time.monotonic() - result.started)
     launch = plan_launch(
         opts.launcher, table=result.table, container_ip=identity.pod_ip,
         command=list(opts.command) or None, rank_table_file=result.env["RANK_TABLE_FILE"],
-        mindie_env=table_env, master_port=settings.master_port,
+        mindie_env=table_env, master_port=settings.master_port, seconds_left=seconds_left,
     )
-    added = {**(delta.changed if delta else {}), **table_env, **launch.env}
+    nic = _nic_env(opts.launcher, identity.pod_ip, env)
+    planned = {k: v for k, v in launch.env.items() if not (k in USER_WINS and env.get(k))}
+    added = {**(delta.changed if delta else {}), **table_env, **planned, **nic}
     env.update(table_env)
-    env.update(launch.env)
+    env.update(planned)
+    env.update(nic)
     if config_path is not None:
         with events.phase("config_check"):
             check_mindie_startup(config_path, env, settings)
+    if launch.check is not None:
+        found = check_interpreter(*launch.check, env)
+        log.info("%s will start %s, which finds %s", launch.check.launcher, found,
+                 launch.check.module)
     return list(launch.argv), env, added
 
 
@@ -147,6 +155,18 @@ def check_mindie_startup(path: Path, env: Mapping[str, str], settings: Settings)
 
 def _server_uid(settings: Settings) -> int:
     return settings.file_owner[0] if settings.file_owner else os.getuid()
+
+
+def _nic_env(launcher: str, pod_ip: str, env: Mapping[str, str]) -> dict[str, str]:
+    """GLOO_SOCKET_IFNAME / HCCL_IF_IP where the defaults may miss the pod IP (hostnic)."""
+    from ascend_node.hostnic import GLOO_LAUNCHERS, HCCL_LAUNCHERS, nic_plan, probe_nic
+
+    if launcher not in GLOO_LAUNCHERS + HCCL_LAUNCHERS:
+        return {}
+    plan = nic_plan(launcher, pod_ip, probe_nic(), env)
+    for note in plan.notes:
+        log.warning("%s", note)
+    return plan.env
 
 
 def _configure_mindie(

@@ -6,14 +6,21 @@ world from one document instead of each counting on its own:
 
 - `mindie`  — the MindIE daemon on every node (it finds itself in the table by
   `MIES_CONTAINER_IP`); the environment is what `boot` already computed.
-- `msrun`   — MindSpore's launcher, one per node, which spawns the per-card workers.
+- `msrun`   — MindSpore's launcher, one per node, which spawns the per-card workers
+  (as a bare `python`, checked before exec) and waits for the other nodes' as long as
+  the agent has left (`msrun_cluster_timeout`).
 - `ranktable-env` — MindSpore rank-table mode: the user's script starts one process
   per card itself and needs this node's slice of the table (see `ranktable_env_launch`).
 - `torch`   — torchrun / torch_npu_run: standard MASTER_ADDR/NODE_RANK variables, plus
-  their `PET_*` twins, which torchrun reads as defaults for its own flags.
+  their `PET_*` twins, which torchrun reads as defaults for its own flags, and
+  PET_RDZV_CONF so its wait for the other nodes follows the agent's time left.
 
-Each function returns `Launch(argv, env)`: the argv to exec and the variables to add
-to the server's environment (on top of the set_env.sh result).
+Which host NIC gloo and HCCL use is decided in `ascend_node.hostnic`; the real programs
+these were checked against are in docs/launchers.md.
+
+Each function returns `Launch(argv, env, check)`: the argv to exec, the variables to add
+to the server's environment (on top of the set_env.sh result), and, for msrun, the
+interpreter its workers will run, which `boot` checks before exec.
 """
 
 from __future__ import annotations
@@ -28,13 +35,37 @@ from ascend_node.launch import DEFAULT_MINDIE_DAEMON
 LAUNCHERS = ("mindie", "msrun", "ranktable-env", "torch")
 DEFAULT_MSRUN_PORT = 8118  # msrun's own default
 DEFAULT_TORCH_PORT = 29500  # torchrun's own default
+# msrun's --cluster_time_out follows the agent's time left, but never below this: every
+# worker must import MindSpore (~3 s, several times that on a loaded node) and register
+# within it, or even a complete job fails to build its cluster.
+MSRUN_MIN_CLUSTER_TIMEOUT = 30
+# What msrun spends around that wait when a node's workers never come: MS_TOPO_TIMEOUT
+# counts from each worker's init() (after its ~3 s import), and after it the workers retry
+# the scheduler for ~17 s before they exit (seen with MindSpore 2.10 on two nodes).
+MSRUN_EXIT_ALLOWANCE = 20
+# msrun runs its task script with `python` from PATH unless the command starts with one of
+# these (mindspore parallel/cluster/process_entity/_utils.py, _generate_cmd_args_list).
+MSRUN_OWN_INTERPRETERS = ("python", "python3", "pytest")
+
+
+# Variables a launcher plan sets only where the user has not: their own value wins.
+USER_WINS = ("PET_RDZV_CONF",)
+
+
+class InterpreterCheck(NamedTuple):
+    """`interpreter` (looked up on the server's PATH) must find `module` before exec."""
+
+    interpreter: str
+    module: str
+    launcher: str
 
 
 class Launch(NamedTuple):
-    """The argv to exec and the extra environment it needs."""
+    """The argv to exec, the extra environment it needs, and what to check before exec."""
 
     argv: list[str]
     env: dict[str, str]
+    check: Optional[InterpreterCheck] = None
 
 
 @dataclass(frozen=True)
@@ -139,21 +170,54 @@ def mindie_launch(mindie_env: Mapping[str, str], command: Optional[Sequence[str]
     return Launch(argv, {str(k): str(v) for k, v in mindie_env.items()})
 
 
+def msrun_cluster_timeout(seconds_left: float) -> int:
+    """msrun's `--cluster_time_out` for an agent with `seconds_left` of its `--timeout`.
+
+    msrun waits that long (as MS_TOPO_TIMEOUT) for every node's workers to register, 600 s
+    by default, whatever the agent's own timeout: a node that passed the rendezvous but
+    whose msrun never starts kept the others waiting ten minutes. The time the agent has
+    left, less MSRUN_EXIT_ALLOWANCE for msrun's own start and exit, ends them at about the
+    agent's deadline; at least MSRUN_MIN_CLUSTER_TIMEOUT seconds, so the workers of a
+    healthy job can register even when the rendezvous took nearly all of it.
+    """
+    whole = int(seconds_left) + (0 if seconds_left == int(seconds_left) else 1)
+    return max(MSRUN_MIN_CLUSTER_TIMEOUT, whole - MSRUN_EXIT_ALLOWANCE)
+
+
+def torch_rdzv_timeout(seconds_left: float) -> int:
+    """torchrun's static-rendezvous timeout (`--rdzv_conf timeout=`, 600 s by default,
+    torch/distributed/elastic/rendezvous/static_tcp_rendezvous.py), by the same rule as
+    msrun's cluster wait: the agent's time left, less the launcher's start and exit."""
+    return msrun_cluster_timeout(seconds_left)
+
+
+def msrun_interpreter(command: Sequence[str]) -> Optional[str]:
+    """The interpreter msrun starts the task with: the command's own `python`/`python3`,
+    else a bare `python` from PATH; None for `pytest` (a script, not checked)."""
+    first = str(command[0]) if command else ""
+    if first == "pytest":
+        return None
+    return first if first in MSRUN_OWN_INTERPRETERS else "python"
+
+
 def msrun_launch(
     table: Mapping[str, Any],
     container_ip: str,
     command: Optional[Sequence[str]],
     master_port: int = DEFAULT_MSRUN_PORT,
+    cluster_time_out: Optional[int] = None,
 ) -> Launch:
     """`msrun --worker_num=… --local_worker_num=… --master_addr=… --master_port=…
-    [--node_rank=…] --join=True SCRIPT ARGS…`.
+    [--node_rank=…] [--cluster_time_out=…] --join=True SCRIPT ARGS…`.
 
     `--node_rank` is the server's table position, which makes msrun give each worker
     the rank the table gives its card; it is left out when device counts differ
     (MindSpore's docs: with uneven workers per node let msrun assign ranks).
     `--join=True` because msrun otherwise returns at once after spawning the workers,
     and after exec its exit would end the container. The command is msrun's
-    `task_script` and its arguments, e.g. `train.py --config x.yaml`.
+    `task_script` and its arguments, e.g. `train.py --config x.yaml`. `cluster_time_out`
+    comes from `msrun_cluster_timeout`. The check names the interpreter msrun will start
+    (`msrun_interpreter`), which must find MindSpore.
     """
     user = _need_command("msrun", command, "train.py --config cfg.yaml")
     node = node_slice(table, container_ip)
@@ -166,8 +230,12 @@ def msrun_launch(
     ]
     if node.uniform:
         argv.append(f"--node_rank={node.server_index}")
+    if cluster_time_out is not None:
+        argv.append(f"--cluster_time_out={cluster_time_out}")
     argv.append("--join=True")
-    return Launch(argv + user, {})
+    interpreter = msrun_interpreter(user)
+    check = InterpreterCheck(interpreter, "mindspore", "msrun") if interpreter else None
+    return Launch(argv + user, {}, check)
 
 
 def ranktable_env_launch(
@@ -212,6 +280,7 @@ def torch_launch(
     container_ip: str,
     command: Optional[Sequence[str]],
     master_port: int = DEFAULT_TORCH_PORT,
+    rdzv_timeout: Optional[int] = None,
 ) -> Launch:
     """The user's command (typically `torchrun train.py`) with the torch rendezvous env.
 
@@ -219,7 +288,9 @@ def torch_launch(
     NPROC_PER_NODE, and PET_NNODES/PET_NPROC_PER_NODE/PET_NODE_RANK/PET_MASTER_ADDR/
     PET_MASTER_PORT, which torchrun takes as the defaults of its flags — so a bare
     `torchrun train.py` joins the right world. torchrun needs the same process count
-    on every node, hence uneven device counts are refused.
+    on every node, hence uneven device counts are refused. `rdzv_timeout` becomes
+    PET_RDZV_CONF=timeout=N (torchrun's wait for the other nodes; `boot` keeps a
+    PET_RDZV_CONF the user set, see USER_WINS).
     """
     user = _need_command("torch", command, "torchrun train.py")
     node = node_slice(table, container_ip)
@@ -239,6 +310,8 @@ def torch_launch(
     env = dict(values)
     env["WORLD_SIZE"] = str(node.total_devices)
     env.update({f"PET_{k}": v for k, v in values.items()})
+    if rdzv_timeout is not None:
+        env["PET_RDZV_CONF"] = f"timeout={rdzv_timeout}"
     return Launch(user, env)
 
 
@@ -251,8 +324,10 @@ def plan_launch(
     rank_table_file: str = "",
     mindie_env: Optional[Mapping[str, str]] = None,
     master_port: Optional[int] = None,
+    seconds_left: Optional[float] = None,
 ) -> Launch:
-    """Dispatch on the launcher name (one of LAUNCHERS); `table` may be None for mindie."""
+    """Dispatch on the launcher name (one of LAUNCHERS); `table` may be None for mindie.
+    `seconds_left` is what remains of the agent's `--timeout` (msrun's cluster timeout)."""
     if launcher == "mindie":
         return mindie_launch(mindie_env or {}, command)
     if launcher not in LAUNCHERS:
@@ -260,7 +335,11 @@ def plan_launch(
     if table is None:
         raise ConfigError(f"launcher {launcher} needs the rank table", "run the ranktable step")
     if launcher == "msrun":
-        return msrun_launch(table, container_ip, command, master_port or DEFAULT_MSRUN_PORT)
+        timeout = None if seconds_left is None else msrun_cluster_timeout(seconds_left)
+        return msrun_launch(table, container_ip, command, master_port or DEFAULT_MSRUN_PORT,
+                            timeout)
     if launcher == "torch":
-        return torch_launch(table, container_ip, command, master_port or DEFAULT_TORCH_PORT)
+        wait = None if seconds_left is None else torch_rdzv_timeout(seconds_left)
+        return torch_launch(table, container_ip, command, master_port or DEFAULT_TORCH_PORT,
+                            wait)
     return ranktable_env_launch(table, container_ip, command, rank_table_file)

@@ -13,6 +13,8 @@ from typing import Callable
 
 import pytest
 
+from tests.netns_bed import Netns, open_bed
+
 HCCN_FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "hccn"
 
 # A command line in a capture: a vendor binary by path (one capture drops the leading
@@ -56,3 +58,9 @@ def hccn_capture() -> Callable[[str], dict[str, str]]:
 
     return load
 
+
+
+@pytest.fixture
+def netns(request: pytest.FixtureRequest) -> Netns:
+    """Pods in their own network namespaces (tests/netns_bed.py); root only, else a skip."""
+    return open_bed(request)

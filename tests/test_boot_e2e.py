@@ -118,19 +118,71 @@ def test_not_executable_command_exits_126(tmp_path):
     assert codes(results) == [126], explain(results)
 
 
-def test_msrun_launcher_gets_its_flags_from_the_table(tmp_path):
-    recorder = tmp_path / "msrun"
+def msrun_nodes(tmp_path, with_mindspore):
+    """Two pods booting into a recording `msrun`; `python` on their PATH finds a
+    `mindspore` package or not (tests/test_launchers_real.py runs the real one)."""
+    recorder = tmp_path / "bin" / "msrun"
+    recorder.parent.mkdir()
     out = tmp_path / "msrun-args"
     recorder.write_text(f'#!/bin/sh\necho "$@" > {out}.$MIES_CONTAINER_IP\n')
     recorder.chmod(0o755)
+    python = recorder.parent / "python"
+    python.symlink_to(sys.executable)
+    site = tmp_path / "site"
+    if with_mindspore:
+        (site / "mindspore").mkdir(parents=True)
+        (site / "mindspore" / "__init__.py").write_text("")
     nodes = boot_nodes(tmp_path, nodes=2, ASCEND_NODE_LAUNCHER="msrun")
     for node in nodes:
-        node.env["PATH"] = f"{tmp_path}:{node.env['PATH']}"
+        node.env["PATH"] = f"{recorder.parent}:{node.env['PATH']}"
+        node.env["PYTHONPATH"] = str(site)
         node.argv = [sys.executable, "-m", "ascend_node", "boot", "--", "train.py", "--x"]
+    return nodes
+
+
+def test_msrun_launcher_gets_its_flags_from_the_table(tmp_path):
+    nodes = msrun_nodes(tmp_path, with_mindspore=True)
     results = launch(nodes, 30)
     assert codes(results) == [0, 0], explain(results)
     args = (tmp_path / f"msrun-args.{nodes[1].env['K8S_POD_IP']}").read_text().split()
     assert "--worker_num=8" in args and "--local_worker_num=4" in args
     assert f"--master_addr={nodes[0].env['K8S_POD_IP']}" in args
     assert "--node_rank=1" in args
-    assert args[-2:] == ["train.py", "--x"]
+    # the agent's --timeout is 30 s: msrun's cluster wait is what is left, at least 30 s
+    assert "--cluster_time_out=30" in args
+    assert args[-3:] == ["--join=True", "train.py", "--x"]
+
+
+def test_msrun_with_a_python_on_path_that_lacks_mindspore_exits_127_before_exec(tmp_path):
+    nodes = msrun_nodes(tmp_path, with_mindspore=False)
+    results = launch(nodes, 30)
+    assert codes(results) == [127, 127], explain(results)
+    python = tmp_path / "bin" / "python"
+    for result in results:
+        assert (f"ascend-node: error: msrun starts its workers with `python` from PATH, "
+                f"and {python} cannot import mindspore (PATH={tmp_path / 'bin'}:") \
+            in result.stderr
+        status = json.loads((result.state_dir / "status.json").read_text())
+        assert status["state"] == "failed" and status["exit_code"] == 127
+    assert not list(tmp_path.glob("msrun-args.*")), "msrun must not have started"
+
+
+@pytest.mark.parametrize(("given", "expected"), [(None, "timeout=30"),
+                                                 ("timeout=1800", "timeout=1800")])
+def test_torchrun_waits_the_agents_time_left_unless_the_user_chose(tmp_path, given, expected):
+    """PET_RDZV_CONF is torchrun's default for --rdzv_conf; the agent's timeout is 30 s."""
+    recorder = tmp_path / "bin" / "torchrun"
+    recorder.parent.mkdir()
+    recorder.write_text(f'#!/bin/sh\necho "$PET_RDZV_CONF" > {tmp_path}/rdzv.$MIES_CONTAINER_IP\n')
+    recorder.chmod(0o755)
+    nodes = boot_nodes(tmp_path, nodes=2)
+    for node in nodes:
+        node.env["PATH"] = f"{recorder.parent}:{node.env['PATH']}"
+        if given:
+            node.env["PET_RDZV_CONF"] = given
+        node.argv = [sys.executable, "-m", "ascend_node", "boot", "--launcher", "torch", "--",
+                     "torchrun", "train.py"]
+    results = launch(nodes, 30)
+    assert codes(results) == [0, 0], explain(results)
+    for node in nodes:
+        assert (tmp_path / f"rdzv.{node.env['K8S_POD_IP']}").read_text().strip() == expected

@@ -364,6 +364,13 @@ def test_training_image_starts_the_launcher_with_the_world(bed: Any, launcher: s
     for name in ("torchrun", "msrun"):
         (bin_dir / name).write_text(RECORDER.format(name=name))
         (bin_dir / name).chmod(0o755)
+    # msrun's workers run `python` from PATH, which the agent checks finds MindSpore before
+    # exec: a `python` and an empty mindspore package stand in for the image's (the real
+    # msrun is tests/test_launchers_real.py)
+    (bin_dir / "python").write_text('#!/bin/sh\nexec python3 "$@"\n')
+    (bin_dir / "python").chmod(0o755)
+    (bin_dir / "site" / "mindspore").mkdir(parents=True)
+    (bin_dir / "site" / "mindspore" / "__init__.py").write_text("")
     try:
         for index in range(2):
             if launcher == "torch":  # the pod's command, as a Job would give it
@@ -374,6 +381,7 @@ def test_training_image_starts_the_launcher_with_the_world(bed: Any, launcher: s
                 spec = job.pod(index, args=["train.py", "--config", "c.yaml"])
                 spec.env["ASCEND_NODE_LAUNCHER"] = "msrun"
             spec.env["PATH"] = "/opt/launchers:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin"
+            spec.env["PYTHONPATH"] = "/opt/launchers/site"
             spec.mounts.append((str(bin_dir), "/opt/launchers", "ro"))
             bed.run(spec)
         for index in range(2):
@@ -389,6 +397,10 @@ def test_training_image_starts_the_launcher_with_the_world(bed: Any, launcher: s
                 assert env["NODE_RANK"] == env["PET_NODE_RANK"] == str(index)
                 assert env["NPROC_PER_NODE"] == "4"
             else:
+                # msrun's cluster wait: the agent's time left (timeout 60 s) less 20, >= 30
+                waits = [a for a in args if a.startswith("--cluster_time_out=")]
+                assert len(waits) == 1 and 30 <= int(waits[0].split("=")[1]) <= 40, args
+                args.remove(waits[0])
                 assert args == ["--worker_num=8", "--local_worker_num=4",
                                 f"--master_addr={job.ip(0)}", "--master_port=8118",
                                 f"--node_rank={index}", "--join=True",

@@ -14,6 +14,7 @@ import pytest
 from ascend_node.errors import ExecNotExecutable, ExecNotFound
 from ascend_node.launch import (
     DEFAULT_MINDIE_DAEMON,
+    check_interpreter,
     resolve_executable,
     write_termination_log,
 )
@@ -182,3 +183,44 @@ def test_termination_log_caps_at_4096_bytes_on_a_char_boundary(tmp_path: Path) -
 def test_termination_log_never_raises(tmp_path: Path) -> None:
     assert write_termination_log("x", str(tmp_path)) is False  # a directory
     assert write_termination_log("x", "/proc/self/nonexistent/termination-log") is False
+
+
+def _bin_with(tmp_path: Path, name: str, target: str) -> Path:
+    """A PATH directory whose `name` is `target` (a symlink, as venvs do)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    (bin_dir / name).symlink_to(target)
+    return bin_dir
+
+
+def test_check_interpreter_finds_a_module_on_the_jobs_path(tmp_path: Path) -> None:
+    bin_dir = _bin_with(tmp_path, "python", sys.executable)
+    site = tmp_path / "site" / "mindspore"
+    site.mkdir(parents=True)
+    (site / "__init__.py").write_text("raise SystemExit('imported: the check must not import')")
+    env = {"PATH": str(bin_dir), "PYTHONPATH": str(site.parent)}
+    assert check_interpreter("python", "mindspore", "msrun", env) == str(bin_dir / "python")
+
+
+@pytest.mark.parametrize(("setup", "code", "message"), [
+    ("no module", 127, "msrun starts its workers with `python` from PATH, and {bin}/python "
+                       "cannot import mindspore (PATH={bin})"),
+    ("no python", 127, "msrun starts its workers with `python`, which is not on PATH={bin}"),
+    ("broken python", 126, "{bin}/python failed looking for mindspore: "),
+])
+def test_check_interpreter_failures_name_path(
+    tmp_path: Path, setup: str, code: int, message: str,
+) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    if setup == "no module":
+        _bin_with(tmp_path, "python", sys.executable)
+    elif setup == "broken python":
+        script = bin_dir / "python"
+        script.write_text("#!/bin/sh\necho 'python: bad magic number' >&2\nexit 1\n")
+        script.chmod(0o755)
+    env = {"PATH": str(bin_dir)}
+    with pytest.raises((ExecNotFound, ExecNotExecutable)) as info:
+        check_interpreter("python", "mindspore", "msrun", env)
+    assert info.value.exit_code == code
+    assert message.format(bin=bin_dir) in info.value.cause

@@ -7,10 +7,16 @@ from typing import Any
 import pytest
 
 from ascend_node.errors import ClusterInconsistent, ConfigError, UsageError
+from ascend_node.hostnic import NicFacts, interface_of, nic_plan
 from ascend_node.launch import DEFAULT_MINDIE_DAEMON
 from ascend_node.launchers import (
     LAUNCHERS,
+    MSRUN_EXIT_ALLOWANCE,
+    MSRUN_MIN_CLUSTER_TIMEOUT,
+    InterpreterCheck,
     Launch,
+    msrun_cluster_timeout,
+    msrun_interpreter,
     msrun_launch,
     node_slice,
     plan_launch,
@@ -92,7 +98,59 @@ UNEVEN = table(8, 4, 8)
     ],
 )
 def test_msrun(tbl: dict[str, Any], ip: str, command: list[str], port: int, argv: str) -> None:
-    assert msrun_launch(tbl, ip, command, port) == Launch(argv.split(), {})
+    assert msrun_launch(tbl, ip, command, port) == Launch(
+        argv.split(), {}, InterpreterCheck("python", "mindspore", "msrun"))
+
+
+def test_msrun_cluster_time_out_goes_before_join() -> None:
+    got = msrun_launch(TWO_BY_EIGHT, "172.16.0.2", ["train.py"], 8118, cluster_time_out=95)
+    assert got.argv[-3:] == ["--cluster_time_out=95", "--join=True", "train.py"]
+
+
+@pytest.mark.parametrize(
+    ("seconds_left", "expected"),
+    [
+        # the agent's --timeout 900, 60 s spent on the rendezvous: msrun's start and exit
+        # fit in the rest
+        (840.0, 840 - MSRUN_EXIT_ALLOWANCE),
+        (95.2, 96 - MSRUN_EXIT_ALLOWANCE),  # whole seconds
+        (MSRUN_MIN_CLUSTER_TIMEOUT + MSRUN_EXIT_ALLOWANCE + 0.0, MSRUN_MIN_CLUSTER_TIMEOUT),
+        (3.0, MSRUN_MIN_CLUSTER_TIMEOUT),  # the workers of a healthy job must fit
+        (-5.0, MSRUN_MIN_CLUSTER_TIMEOUT),  # past the deadline (a slow pre-flight)
+    ],
+)
+def test_msrun_cluster_timeout_follows_the_agents_time_left(
+    seconds_left: float, expected: int
+) -> None:
+    assert msrun_cluster_timeout(seconds_left) == expected
+
+
+def test_plan_launch_gives_each_launchers_wait_the_agents_time_left() -> None:
+    msrun = plan_launch("msrun", table=TWO_BY_EIGHT, container_ip="172.16.0.1",
+                        command=["t.py"], seconds_left=120.5)
+    assert f"--cluster_time_out={121 - MSRUN_EXIT_ALLOWANCE}" in msrun.argv
+    torch = plan_launch("torch", table=TWO_BY_EIGHT, container_ip="172.16.0.1",
+                        command=["torchrun", "t.py"], seconds_left=120.5)
+    assert not any("time" in a for a in torch.argv) and torch.check is None
+    assert torch.env["PET_RDZV_CONF"] == f"timeout={121 - MSRUN_EXIT_ALLOWANCE}"
+
+
+@pytest.mark.parametrize(
+    ("command", "interpreter"),
+    [
+        (["train.py", "--cfg", "x"], "python"),  # msrun prepends a bare `python`
+        (["python3", "train.py"], "python3"),  # msrun keeps the user's own
+        (["python", "-u", "train.py"], "python"),
+        (["/opt/venv/bin/python", "train.py"], "python"),  # a path is a script to msrun
+        (["pytest", "tests/"], None),  # pytest: a console script, not checked
+    ],
+)
+def test_msrun_interpreter_is_what_msrun_will_start(
+    command: list[str], interpreter: str | None
+) -> None:
+    assert msrun_interpreter(command) == interpreter
+    check = msrun_launch(TWO_BY_EIGHT, "172.16.0.1", command).check
+    assert (check.interpreter if check else None) == interpreter
 
 
 @pytest.mark.parametrize(
@@ -265,3 +323,65 @@ def test_every_launcher_is_dispatchable() -> None:
             rank_table_file="/r.json",
         )
         assert got.argv[-1] == "x"
+
+
+POD = "10.231.0.11"
+POD_NICS = {"lo": ("127.0.0.1", "::1"), "eth0": (POD,)}
+HOST_NICS = {"lo": ("127.0.0.1",), "bond0": ("192.168.5.5",), "eth1": (POD,)}
+
+
+def facts(resolves: tuple[str, ...], nics: dict[str, tuple[str, ...]] = POD_NICS,
+          error: str = "") -> NicFacts:
+    return NicFacts("node-1", resolves, error, nics)
+
+
+@pytest.mark.parametrize(
+    ("launcher", "given", "environ", "env", "note"),
+    [
+        # a pod: the hostname resolves to the pod IP on its only NIC: nothing to set
+        ("torch", facts((POD,)), {}, {}, ""),
+        ("msrun", facts((POD,)), {}, {}, ""),
+        # the hostname resolves to loopback (an image run by hand): gloo and HCCL pinned
+        ("torch", facts(("127.0.1.1",)), {},
+         {"GLOO_SOCKET_IFNAME": "eth0", "HCCL_IF_IP": POD},
+         "hostname node-1 resolves to 127.0.1.1, not the pod IP 10.231.0.11: set "
+         "GLOO_SOCKET_IFNAME=eth0, HCCL_IF_IP=10.231.0.11 so the workers use eth0"),
+        # msrun's own cluster needs no gloo; HCCL on NPUs does
+        ("msrun", facts(("127.0.1.1",)), {}, {"HCCL_IF_IP": POD}, "HCCL_IF_IP=10.231.0.11"),
+        # does not resolve at all
+        ("torch", facts((), error="[Errno -2] Name or service not known"), {},
+         {"GLOO_SOCKET_IFNAME": "eth0", "HCCL_IF_IP": POD},
+         "resolves to nothing ([Errno -2] Name or service not known)"),
+        # host networking: resolves right, but HCCL would choose among several NICs by name
+        ("msrun", facts((POD,), HOST_NICS), {}, {"HCCL_IF_IP": POD},
+         "several interfaces (bond0, eth1): set HCCL_IF_IP=10.231.0.11 so the workers use eth1"),
+        ("torch", facts((POD,), HOST_NICS), {}, {"HCCL_IF_IP": POD}, "several interfaces"),
+        # the user's own choice is never overridden
+        ("torch", facts(("127.0.1.1",)), {"GLOO_SOCKET_IFNAME": "net1"},
+         {"HCCL_IF_IP": POD}, "HCCL_IF_IP"),
+        ("torch", facts(("127.0.1.1",)), {"HCCL_SOCKET_IFNAME": "=eth0"},
+         {"GLOO_SOCKET_IFNAME": "eth0"}, "GLOO_SOCKET_IFNAME=eth0"),
+        ("torch", facts(("127.0.1.1",)), {"GLOO_SOCKET_IFNAME": "eth0", "HCCL_IF_IP": POD},
+         {}, ""),
+        # no interface holds the pod IP (NAT, a wrong K8S_POD_IP): nothing to name, a warning
+        ("torch", facts(("127.0.1.1",), {"lo": ("127.0.0.1",), "eth0": ("10.9.9.9",)}), {},
+         {}, "no interface holds 10.231.0.11: the workers may advertise another address; "
+             "set GLOO_SOCKET_IFNAME and HCCL_IF_IP"),
+        # launchers that are not pinned
+        ("mindie", facts(("127.0.1.1",)), {}, {}, ""),
+        ("ranktable-env", facts(("127.0.1.1",)), {}, {}, ""),
+    ],
+)
+def test_nic_plan(launcher: str, given: NicFacts, environ: dict[str, str],
+                  env: dict[str, str], note: str) -> None:
+    plan = nic_plan(launcher, POD, given, environ)
+    assert plan.env == env
+    if note:
+        assert len(plan.notes) == 1 and note in plan.notes[0], plan.notes
+    else:
+        assert plan.notes == []
+
+
+def test_interface_of_picks_the_first_by_name_when_several_hold_the_address() -> None:
+    assert interface_of(POD, {"net1": (POD,), "eth0": (POD,)}) == "eth0"
+    assert interface_of(POD, {"lo": ("127.0.0.1",)}) == ""

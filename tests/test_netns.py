@@ -18,109 +18,17 @@ Skips with the exact error where namespaces are not permitted (not root, or
 from __future__ import annotations
 
 import json
-import os
-import secrets
-import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.cluster_helpers import codes, explain, make_nodes, run, table_of
+from tests.netns_bed import SUBNET, SUBNET6, Netns, _ip, _must
 
 pytestmark = [pytest.mark.netns, pytest.mark.multiprocess]
-
-SUBNET = "10.231.0"
-SUBNET6 = "fd00:231::"
-
-
-def _ip(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["ip", *args], capture_output=True, text=True, timeout=20)
-
-
-def _must(*args: str) -> None:
-    done = _ip(*args)
-    if done.returncode != 0:
-        raise RuntimeError(f"ip {' '.join(args)}: {done.stderr.strip()}")
-
-
-class Netns:
-    """Creates namespaces on demand and deletes every one of them in `close()`."""
-
-    def __init__(self) -> None:
-        self.tag = secrets.token_hex(3)
-        self.names: list[str] = []
-        self.hub = ""
-        self.links = 0
-
-    def _add(self, name: str) -> None:
-        done = _ip("netns", "add", name)
-        if done.returncode != 0:
-            raise PermissionError(done.stderr.strip() or f"ip netns add exited "
-                                                          f"{done.returncode}")
-        self.names.append(name)
-
-    def start_hub(self) -> None:
-        self.hub = f"anh-{self.tag}"
-        self._add(self.hub)
-        _must("-n", self.hub, "link", "add", "br0", "type", "bridge")
-        _must("-n", self.hub, "addr", "add", f"{SUBNET}.1/24", "dev", "br0")
-        _must("-n", self.hub, "link", "set", "br0", "up")
-
-    def pod(self, address: str | None, default_route: bool = True,
-            gateway: bool = True, address6: str | None = None) -> str:
-        """A pod namespace; `address=None` gives it only loopback.
-
-        `gateway=False` makes the default route `default dev eth0` (no gateway: some CNIs,
-        point-to-point links); `address6` adds an IPv6 address (no DAD wait) and, with a
-        default route, an IPv6 default route the same way.
-        """
-        name = f"anp-{self.tag}-{len(self.names)}"
-        self._add(name)
-        _must("-n", name, "link", "set", "lo", "up")
-        if address is None:
-            return name
-        self.links += 1
-        inner, outer = f"anv{self.tag}a{self.links}", f"anv{self.tag}b{self.links}"
-        _must("link", "add", inner, "netns", name, "type", "veth", "peer", "name", outer,
-              "netns", self.hub)
-        _must("-n", name, "link", "set", inner, "name", "eth0")
-        _must("-n", name, "addr", "add", f"{address}/24", "dev", "eth0")
-        _must("-n", name, "link", "set", "eth0", "up")
-        _must("-n", self.hub, "link", "set", outer, "master", "br0")
-        _must("-n", self.hub, "link", "set", outer, "up")
-        if address6 is not None:
-            _must("-n", name, "addr", "add", f"{address6}/64", "dev", "eth0", "nodad")
-        if default_route:
-            via = ["via", f"{SUBNET}.1"] if gateway else []
-            _must("-n", name, "route", "add", "default", *via, "dev", "eth0")
-        if default_route and address6 is not None:
-            via6 = ["via", f"{SUBNET6}1"] if gateway else []
-            _must("-n", name, "-6", "route", "add", "default", *via6, "dev", "eth0")
-        return name
-
-    def close(self) -> None:
-        for name in reversed(self.names):
-            _ip("netns", "del", name)
-        self.names.clear()
-
-
-@pytest.fixture
-def netns(request: pytest.FixtureRequest) -> Iterator[Netns]:
-    if os.geteuid() != 0:
-        pytest.skip("network namespaces need root (ip netns add)")
-    if shutil.which("ip") is None:
-        pytest.skip("`ip` (iproute2) is not installed")
-    ns = Netns()
-    request.addfinalizer(ns.close)
-    try:
-        ns.start_hub()
-    except PermissionError as exc:
-        pytest.skip(f"ip netns add failed: {exc}")
-    yield ns
 
 
 def _in_netns(nodes: list[Any], names: list[str], keep_uid: bool = True) -> None:
