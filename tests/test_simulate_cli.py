@@ -85,7 +85,8 @@ def test_simulate_rejects_a_bad_node_count():
 
 
 def test_the_summary_says_how_many_nodes_hold_the_table(tmp_path):
-    from ascend_node.sim.cluster import NodeResult, SimReport, SimSpec, format_report
+    from ascend_node.sim.cluster import NodeResult, SimReport, SimSpec
+    from ascend_node.sim.summary import format_report
 
     results = []
     for index, code in enumerate((0, 4)):
