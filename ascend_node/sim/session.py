@@ -1,5 +1,5 @@
 """One `simulate` run as a person sees it: a word on stderr at once (the first run after
-an install compiles the package in every node and takes ~15 s), a progress line every few
+an install compiles the package in every node), a progress line every few
 seconds while the nodes run, and a workspace that does not pile up in /tmp.
 
 The workspace (`/tmp/ascend-node-sim-*`: each node's log, state dir and fake-tool data,
