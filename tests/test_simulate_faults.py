@@ -123,6 +123,6 @@ def test_simulate_json_into_a_closed_pipe_ends_quietly_and_cleans_up(tmp_path):
     finally:
         os.close(write_end)
     assert done.returncode == 141
-    assert done.stderr.startswith("simulate: starting 1 nodes x 1 NPUs in ")
+    assert done.stderr.startswith("simulate: starting 1 node x 1 NPUs in ")
     assert len(done.stderr.splitlines()) == 1, done.stderr  # no error, no traceback
     assert not list(tmp_path.glob("ascend-node-sim-*"))

@@ -135,6 +135,26 @@ def test_progress_shows_node_0s_view_from_the_shared_volume(tmp_path):
     assert said[0].endswith("; node 0: 2/3 present, waiting for worker 0 (node 1)")
 
 
+def test_launch_ticks_while_nodes_run_and_kills_one_that_outlives_its_timeout(tmp_path):
+    """`sleep` stands in for an agent that never gives up: killed after its timeout plus
+    the grace, reported as a shell would (128 + 9) with the reason as its last line."""
+    from ascend_node.sim.cluster import launch, prepare
+
+    (tmp_path / "shared").mkdir()
+    nodes = prepare(SimSpec(nodes=2, devices=1, run_id="k"), tmp_path / "w", tmp_path / "shared")
+    nodes[0].argv = [sys.executable, "-c", "pass"]
+    nodes[1].argv = ["sleep", "60"]
+    ticks: list[tuple[list[int], list[int]]] = []
+    results = launch(nodes, 0.5, lambda _t, ended, waiting: ticks.append(
+        ([r.index for r in ended], list(waiting))), grace=0.5)
+    assert [r.exit_code for r in results] == [0, 137]
+    assert results[1].cause == ("ascend-node simulate: killed: still running 1 s after it "
+                                "started (its --timeout is 0.5 s)")
+    assert ticks[-1] == ([0, 1], [])
+    assert any(1 in waiting for _, waiting in ticks)  # ticks came while node 1 ran
+    assert all(sorted(ended + waiting) == [0, 1] for ended, waiting in ticks)
+
+
 # ------------------------------------------------------------------ summary
 
 TIMEOUT = ("ascend-node: error: timed out after 4 s waiting for peers: 1 of 4 missing: "

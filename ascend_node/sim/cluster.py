@@ -261,13 +261,16 @@ class _Running:
     err: IO[bytes]
 
 
-def launch(nodes: Sequence[SimNode], timeout: float, on_tick: Optional[Tick] = None,
-           tick: float = 0.1) -> list[NodeResult]:
-    """Start every node (after its start delay) and wait for all; returns in index order.
+KILL_GRACE = 60.0
+"""A node still running this long after its own --timeout is killed: its agent should
+have given up at the timeout."""
 
-    A node still running `timeout` + 60 s after its start is killed (its agent should
-    have given up at `timeout`). Any exit from here, an interrupt included, leaves no
-    node running."""
+
+def launch(nodes: Sequence[SimNode], timeout: float, on_tick: Optional[Tick] = None,
+           tick: float = 0.1, grace: float = KILL_GRACE) -> list[NodeResult]:
+    """Start every node (after its start delay) and wait for all; returns in the order
+    given. A node still running `timeout` + `grace` s after its start is killed. Any exit
+    from here, an interrupt included, leaves no node running."""
     for node in nodes:
         write_node_data(node.data_dir, node.devices, node.seat, node.unreachable)
     pending = sorted(nodes, key=lambda n: n.start_delay)
@@ -282,11 +285,15 @@ def launch(nodes: Sequence[SimNode], timeout: float, on_tick: Optional[Tick] = N
                 running[node.index] = _start(node)
             for index, run in list(running.items()):
                 code = run.proc.poll()
-                if code is None and time.monotonic() > run.started + timeout + 60:
+                killed = ""
+                if code is None and time.monotonic() > run.started + timeout + grace:
                     run.proc.kill()
                     code = run.proc.wait()
+                    killed = (f"ascend-node simulate: killed: still running "
+                              f"{timeout + grace:g} s after it started (its --timeout is "
+                              f"{timeout:g} s)\n")
                 if code is not None:
-                    ended[index] = _collect(run, code)
+                    ended[index] = _collect(run, code, killed)
                     del running[index]
             if on_tick is not None:
                 on_tick(time.monotonic() - t0, [ended[i] for i in sorted(ended)],
@@ -314,13 +321,16 @@ def _start(node: SimNode) -> _Running:
     return _Running(node, proc, time.monotonic(), out, err)
 
 
-def _collect(run: _Running, code: int) -> NodeResult:
+def _collect(run: _Running, code: int, killed: str = "") -> NodeResult:
+    """The ended node's result; a node ended by a signal gets 128 + its number, as a
+    shell reports it (143 for SIGTERM)."""
     seconds = time.monotonic() - run.started
     run.out.seek(0)
     run.err.seek(0)
     node = run.node
-    result = NodeResult(node.index, code, seconds, run.out.read().decode(errors="replace"),
-                        run.err.read().decode(errors="replace"), node.state_dir,
+    result = NodeResult(node.index, code if code >= 0 else 128 - code, seconds,
+                        run.out.read().decode(errors="replace"),
+                        run.err.read().decode(errors="replace") + killed, node.state_dir,
                         node.env.get("K8S_POD_IP", ""))
     run.out.close()
     run.err.close()

@@ -110,8 +110,8 @@ def simulate(spec: SimSpec, shared_dir: Optional[Path] = None, keep: Optional[bo
     work = Path(tempfile.mkdtemp(prefix="ascend-node-sim-"))
     absent = f" ({names(sorted(spec.absent))} absent)" if spec.absent else ""
     bad = "".join(f", bad device {b.text}" for b in spec.bad_devices)
-    say(f"simulate: starting {spec.nodes} nodes x {spec.devices} NPUs{absent}{bad} "
-        f"in {work}")
+    say(f"simulate: starting {spec.nodes} node{'s' if spec.nodes != 1 else ''} x "
+        f"{spec.devices} NPUs{absent}{bad} in {work}")
     progress = Progress(spec, shared or work / "shared", say)
     try:
         report = run_cluster(spec, shared, work, on_tick=progress)
