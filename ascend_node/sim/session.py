@@ -86,7 +86,12 @@ class Progress:
         if elapsed < self.next or not waiting:
             return
         self.next = elapsed + self.every
-        node0 = node0_view(self.spec, self.shared) if 0 in waiting else ""
+        node0 = ""
+        if 0 in waiting:
+            try:
+                node0 = node0_view(self.spec, self.shared)
+            except Exception:  # a progress line never stops the run  # noqa: BLE001
+                node0 = ""
         self.say(progress_line(self.spec, elapsed, ended, waiting, node0))
 
 
