@@ -90,7 +90,7 @@ class Progress:
         if 0 in waiting:
             try:
                 node0 = node0_view(self.spec, self.shared)
-            except Exception:  # a progress line never stops the run  # noqa: BLE001
+            except Exception:  # a progress line never stops the run
                 node0 = ""
         self.say(progress_line(self.spec, elapsed, ended, waiting, node0))
 
