@@ -141,7 +141,8 @@ def test_launch_ticks_while_nodes_run_and_kills_one_that_outlives_its_timeout(tm
     from ascend_node.sim.cluster import launch, prepare
 
     (tmp_path / "shared").mkdir()
-    nodes = prepare(SimSpec(nodes=2, devices=1, run_id="k"), tmp_path / "w", tmp_path / "shared")
+    nodes = prepare(SimSpec(nodes=2, devices=1, run_id="k", timeout=0.5), tmp_path / "w",
+                    tmp_path / "shared")
     nodes[0].argv = [sys.executable, "-c", "pass"]
     nodes[1].argv = ["sleep", "60"]
     ticks: list[tuple[list[int], list[int]]] = []

@@ -269,8 +269,9 @@ have given up at the timeout."""
 def launch(nodes: Sequence[SimNode], timeout: float, on_tick: Optional[Tick] = None,
            tick: float = 0.1, grace: float = KILL_GRACE) -> list[NodeResult]:
     """Start every node (after its start delay) and wait for all; returns in the order
-    given. A node still running `timeout` + `grace` s after its start is killed. Any exit
-    from here, an interrupt included, leaves no node running."""
+    given. A node still running `grace` s after its timeout (its ASCEND_NODE_TIMEOUT when
+    longer than `timeout`) is killed. Any exit from here, an interrupt included, leaves
+    no node running."""
     for node in nodes:
         write_node_data(node.data_dir, node.devices, node.seat, node.unreachable)
     pending = sorted(nodes, key=lambda n: n.start_delay)
@@ -286,12 +287,13 @@ def launch(nodes: Sequence[SimNode], timeout: float, on_tick: Optional[Tick] = N
             for index, run in list(running.items()):
                 code = run.proc.poll()
                 killed = ""
-                if code is None and time.monotonic() > run.started + timeout + grace:
+                limit = max(timeout, _own_timeout(run.node))
+                if code is None and time.monotonic() > run.started + limit + grace:
                     run.proc.kill()
                     code = run.proc.wait()
                     killed = (f"ascend-node simulate: killed: still running "
-                              f"{timeout + grace:g} s after it started (its --timeout is "
-                              f"{timeout:g} s)\n")
+                              f"{limit + grace:g} s after it started (its --timeout is "
+                              f"{limit:g} s)\n")
                 if code is not None:
                     ended[index] = _collect(run, code, killed)
                     del running[index]
@@ -310,6 +312,14 @@ def launch(nodes: Sequence[SimNode], timeout: float, on_tick: Optional[Tick] = N
             run.out.close()
             run.err.close()
     return [ended[n.index] for n in nodes]
+
+
+def _own_timeout(node: SimNode) -> float:
+    """The node's own peer timeout (0 when its environment gives none that parses)."""
+    try:
+        return float(node.env.get("ASCEND_NODE_TIMEOUT", "0"))
+    except ValueError:
+        return 0.0
 
 
 def _start(node: SimNode) -> _Running:
