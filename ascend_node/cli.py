@@ -140,13 +140,43 @@ def _errors(debug: bool, on_failure: Optional[Callable[[BaseException, int], Non
             ) -> Iterator[None]:
     try:
         yield
+        _flush_stdout()
     except typer.Exit:
+        _flush_stdout()
         raise
+    except BrokenPipeError:
+        _closed_stdout()
     except Exception as exc:  # every failure ends as one line + exit code, never a traceback
         code = _report(exc, debug)
         if on_failure is not None:
             on_failure(exc, code)
         raise typer.Exit(code) from None
+
+
+CLOSED_PIPE_EXIT = 128 + signal.SIGPIPE
+"""141: what a shell reports for `cat` when the reader of its output went away."""
+
+
+def _closed_stdout() -> None:
+    """The reader of stdout went away (`ascend-node simulate --json | head -2`): end
+    quietly, as `cat` does, with no message and no traceback. Later writes (and the
+    flush at exit) go to /dev/null instead of failing again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
+    raise typer.Exit(CLOSED_PIPE_EXIT)
+
+
+def _flush_stdout() -> None:
+    """Flush while a closed pipe can still end the command quietly (at exit, Python
+    would report it as an exception it ignored)."""
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _closed_stdout()
 
 
 def _on_sigterm(signum: int, frame: Any) -> None:
@@ -340,17 +370,29 @@ def simulate(
     super_pod_size: Annotated[int, typer.Option(
         "--super-pod-size", min=0, help="With --a3: nodes per super pod (0: all in one)")] = 0,
     shared_dir: Annotated[Optional[Path], typer.Option(
-        "--shared-dir", help="Shared directory to meet on (default: a new temp dir)",
+        "--shared-dir", help="Shared directory to meet on (default: one in the workspace)",
         show_default=False)] = None,
     masters: Annotated[int, typer.Option("--masters", min=0,
                                          help="How many pods are masters")] = 1,
-    timeout: Annotated[float, typer.Option("--timeout", help="Per-node timeout")] = 60.0,
+    timeout: Annotated[float, typer.Option(
+        "--timeout", help="Seconds each node waits for its peers")] = 60.0,
     tool_delay: Annotated[float, typer.Option(
         "--tool-delay", help="Seconds each fake hccn_tool call takes")] = 0.0,
-    run_id: Annotated[str, typer.Option("--run-id")] = "sim",
+    run_id: Annotated[str, typer.Option("--run-id", help="Run id of the simulated job")
+                      ] = "sim",
     boot_chain: Annotated[bool, typer.Option(
-        "--boot", help="Run the whole boot chain (set_env, MindIE config, exec) into a fake "
-        "MindIE daemon")] = False,
+        "--boot", help="Run the whole boot chain (pre-flight pings, set_env, MindIE config, "
+        "exec) into a fake MindIE daemon")] = False,
+    absent: Annotated[Optional[str], typer.Option(
+        "--absent", help="Nodes that never start, e.g. 2 or 1,3 or 1-3: the others end with "
+        "exit 4 naming them", show_default=False)] = None,
+    bad_device: Annotated[Optional[list[str]], typer.Option(
+        "--bad-device", help="NODE:DEV:KIND, repeatable: device DEV of node NODE answers "
+        "like a broken one; KIND: no-ip, dup-ip, link-down, tls-on, net-fault, tool-fails, "
+        "unreachable (with --boot)", show_default=False)] = None,
+    keep: Annotated[Optional[bool], typer.Option(
+        "--keep/--no-keep", help="Keep the workspace (node logs, state dirs) / remove it; "
+        "default: kept only when a node failed", show_default=False)] = None,
     table_out: Annotated[Optional[Path], typer.Option(
         "--table-out", help="Also write the rank table to this file", show_default=False)
     ] = None,
@@ -359,31 +401,42 @@ def simulate(
         "`ascend-node report` does)")] = False,
     json_out: Json = False, debug: Debug = False,
 ) -> None:
-    """Run the real agent as N local processes with fake NPUs; one line per server."""
+    """Run the real agent as N local processes with fake NPUs; one line per server.
+
+    Exit: 0 when every node holds the same table, else the worst node's exit.
+    """
     logs.setup(False, _debug(debug))
     with _errors(_debug(debug)):
-        from ascend_node.sim.cluster import SimSpec, format_report, run_cluster, write_table
+        from ascend_node.sim.cluster import write_table
+        from ascend_node.sim.options import build_spec
+        from ascend_node.sim.session import simulate as run_simulation
+        from ascend_node.sim.summary import format_report, report_json
 
-        spec = SimSpec(nodes=nodes, devices=devices or (16 if a3 else 8),
-                       masters=min(masters, nodes), run_id=run_id, timeout=timeout,
-                       tool_delay=tool_delay, boot=boot_chain, a3=a3,
-                       super_pod_size=super_pod_size)
-        report = run_cluster(spec, shared_dir)
+        spec = build_spec(nodes=nodes, devices=devices, a3=a3, super_pod_size=super_pod_size,
+                          masters=masters, timeout=timeout, tool_delay=tool_delay,
+                          run_id=run_id, boot=boot_chain, absent=absent,
+                          bad_devices=bad_device or [])
+        drawn: tuple[Optional[dict[str, Any]], str] = (None, "")
+
+        def draw(done: Any) -> None:  # before the workspace (and its volume) is removed
+            nonlocal drawn
+            from ascend_node.report.cli import sim_timeline
+
+            drawn = sim_timeline(done.shared_dir, spec.run_id)
+
+        report = run_simulation(spec, shared_dir, keep,
+                                before_cleanup=draw if timeline else None)
         if table_out is not None:
             write_table(report, table_out)
         if json_out:
-            doc = report.to_json()
+            doc = report_json(report)
             if timeline:
-                from ascend_node.report.cli import sim_timeline
-
-                doc["timeline"] = sim_timeline(report.shared_dir, spec.run_id)[0]
+                doc["timeline"] = drawn[0]
             _emit(doc)
         else:
-            print(format_report(report))
+            print(format_report(report, keep))
             if timeline:
-                from ascend_node.report.cli import sim_timeline
-
-                print(sim_timeline(report.shared_dir, spec.run_id)[1])
+                print(drawn[1])
         if not report.ok:
             raise typer.Exit(report.worst_exit)
 

@@ -393,7 +393,7 @@ def _scalar(value: Any) -> str:
     if isinstance(value, int):
         return str(value)
     if isinstance(value, str):
-        if _PLAIN.match(value) and value.lower() not in _RESERVED:
+        if _PLAIN.fullmatch(value) and value.lower() not in _RESERVED:
             return value
         return _quote(value)
     raise TypeError(f"cannot emit {type(value).__name__} as YAML")

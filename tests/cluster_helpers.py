@@ -36,6 +36,15 @@ def attempt_doc(tmp: Path, run_id: str = "t") -> Optional[dict[str, Any]]:
     return json.loads(path.read_text()) if path.exists() else None
 
 
+def progress_doc(tmp: Path, run_id: str = "t") -> dict[str, Any]:
+    """Node 0's last view of the current attempt: who was present, who missing."""
+    attempt = attempt_doc(tmp, run_id)
+    assert attempt is not None, "no attempt was opened"
+    path = (tmp / "shared" / ".ascend-node" / run_id / "attempts" / attempt["attempt_id"]
+            / "progress.json")
+    return json.loads(path.read_text())
+
+
 def codes(results: list[NodeResult]) -> list[int]:
     return [r.exit_code for r in results]
 

@@ -13,17 +13,13 @@ from tests.cli_helpers import cli_runner
 
 COMMANDS = typer.main.get_command(app)  # a click group (typer vendors click since 0.2x)
 
-# `simulate` is being reworked on another branch (issue 19 item 1); its options are held to
-# the same rule there. Remove this exclusion when both branches are merged.
-REWORKED_ELSEWHERE = {"simulate"}
-
 # Help that only names the environment twin and the default says nothing about purpose.
 _ONLY_ENV = re.compile(r"^\(env [^)]*\)$")
 
 
 def _commands() -> list[str]:
     commands = COMMANDS.commands  # type: ignore[attr-defined]
-    return sorted(name for name in commands if name not in REWORKED_ELSEWHERE)
+    return sorted(commands)
 
 
 @pytest.mark.parametrize("name", _commands())

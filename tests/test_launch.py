@@ -80,8 +80,11 @@ def test_exec_gets_exactly_the_given_env() -> None:
 
 
 def test_exec_restores_signal_dispositions_and_mask() -> None:
-    script = "grep -E '^(SigBlk|SigIgn):' /proc/$$/status"
-    proc = run_child(["sh", "-c", script], {"PATH": os.environ.get("PATH", "/usr/bin:/bin")})
+    # The probe is the exec'd process itself: grep reading its own /proc/self/status. A
+    # shell around it (`sh -c "grep ... /proc/$$/status"`) would read the shell, which
+    # blocks every signal while it waits for grep: the test would race with its probe.
+    probe = ["grep", "-E", "^(SigBlk|SigIgn):", "/proc/self/status"]
+    proc = run_child(probe, {"PATH": os.environ.get("PATH", "/usr/bin:/bin")})
     assert proc.returncode == 0, proc.stderr
     fields = dict(line.split(":", 1) for line in proc.stdout.splitlines()[1:3])
     assert int(fields["SigBlk"], 16) == 0, "no signal may stay blocked"

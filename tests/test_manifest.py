@@ -19,7 +19,7 @@ from typing import Any
 import jsonschema
 import pytest
 import yaml
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from ascend_node.errors import ClusterInconsistent, PeerTimeout, UsageError
@@ -382,6 +382,8 @@ _json_like = st.recursive(
 
 @settings(max_examples=300, deadline=None)
 @given(_json_like)
+@example({"A\n": None})  # `$` matched before a final newline: the key was left plain
+@example(["a\n"])
 def test_emitter_round_trips_through_a_yaml_reader(data) -> None:
     text = to_yaml(data)
     assert text.isascii()

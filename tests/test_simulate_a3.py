@@ -24,7 +24,7 @@ def test_simulate_a3_builds_a_valid_v1_2_table_with_two_super_pods(tmp_path: Pat
         capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
-    assert doc["ok"] and doc["identical_tables"] and doc["a3"]
+    assert doc["ok"] and doc["identical_tables"] and doc["a3"] and doc["table_version"] == "1.2"
     assert doc["devices_per_node"] == 16
     table = doc["ranktable"]
     assert table["version"] == "1.2"
@@ -35,6 +35,16 @@ def test_simulate_a3_builds_a_valid_v1_2_table_with_two_super_pods(tmp_path: Pat
     assert validate_rank_table(table, "mindie") == []
     written = json.loads((tmp_path / "ranktable-sim.json").read_text())
     assert written == table
+
+
+def test_simulate_a3_names_table_v1_2_in_its_summary(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "ascend_node", "simulate", "--a3", "--nodes", "2",
+         "--devices", "2", "--super-pod-size", "1", "--shared-dir", str(tmp_path)],
+        capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert (f"rank table v1.2 (A3, 2 super pods): {tmp_path / 'ranktable-sim.json'} "
+            "(--json prints it, --table-out FILE copies it)") in proc.stdout.splitlines()
 
 
 def a3_spec(nodes: int, **env: str) -> SimSpec:

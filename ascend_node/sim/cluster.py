@@ -21,7 +21,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import IO, Any, Callable, Optional
 
 from ascend_node import events
 from ascend_node.sim.fake_tools import (
@@ -32,6 +32,7 @@ from ascend_node.sim.fake_tools import (
     tool_env,
     write_node_data,
 )
+from ascend_node.sim.faults import BadDevice, apply_bad_devices
 
 _POD_BASE = ipaddress.IPv4Address("10.200.0.10")
 _HOST_BASE = ipaddress.IPv4Address("10.100.0.10")
@@ -64,6 +65,8 @@ class SimSpec:
     extra_env: Mapping[str, str] = field(default_factory=dict)
     a3: bool = False  # Atlas A3 SuperPoD nodes: npu-smi answers spod-info
     super_pod_size: int = 0  # A3 nodes per super pod (0: all nodes in one)
+    absent: frozenset[int] = frozenset()  # nodes that never start (their pods never came)
+    bad_devices: Sequence[BadDevice] = ()  # devices that answer like broken ones
 
     def seat(self, index: int) -> Optional[SuperPodSeat]:
         if not self.a3:
@@ -101,55 +104,90 @@ class NodeResult:
     stderr: str
     state_dir: Path
     pod_ip: str = ""
+    # Read when the node ended, so that a report outlives the workspace (None: not read).
+    table: Optional[bytes] = None
+    phase_times: Optional[dict[str, float]] = None
 
     @property
     def last_error(self) -> str:
         lines = [ln for ln in self.stderr.splitlines() if ln.strip()]
         return lines[-1] if lines else ""
 
+    @property
+    def log(self) -> Path:
+        """The node's stderr, as `launch` writes it (node-N/stderr.txt)."""
+        return self.state_dir.parent / "stderr.txt"
+
+    @property
+    def cause(self) -> str:
+        """The agent's one-line cause (`ascend-node: error: ...`), else its last line."""
+        return self._error()[0] or self.last_error
+
+    @property
+    def hint(self) -> str:
+        return self._error()[1]
+
+    def _error(self) -> tuple[str, str]:
+        lines = self.stderr.splitlines()
+        for at in range(len(lines) - 1, -1, -1):
+            if lines[at].startswith(ERROR_PREFIX):
+                following = lines[at + 1] if at + 1 < len(lines) else ""
+                hint = following[len(HINT_PREFIX):] if following.startswith(HINT_PREFIX) else ""
+                return lines[at][len(ERROR_PREFIX):], hint
+        return "", ""
+
+    def local_table(self) -> Optional[bytes]:
+        """This node's ranktable.json: as read when it ended, else read now."""
+        if self.table is not None:
+            return self.table
+        local = self.state_dir / "ranktable.json"
+        return local.read_bytes() if local.is_file() else None
+
     def phases(self) -> dict[str, float]:
         """Seconds per top-level phase of this node's newest run (its events.jsonl)."""
+        if self.phase_times is not None:
+            return self.phase_times
         return events.top_level_seconds(events.last_run(events.read_events(self.state_dir)))
+
+
+ERROR_PREFIX = "ascend-node: error: "
+HINT_PREFIX = "  hint: "
 
 
 @dataclass
 class SimReport:
     spec: SimSpec
     shared_dir: Path
-    results: list[NodeResult]
+    results: list[NodeResult]  # the nodes that ran, in index order (not the absent)
     wall_seconds: float
     table_text: Optional[str]
+    workspace: Optional[Path] = None  # node-N/ directories (None: not simulate's own)
+    workspace_kept: bool = True
 
     @property
     def ok(self) -> bool:
-        return all(r.exit_code == 0 for r in self.results) and self.identical
+        return (not self.spec.absent and all(r.exit_code == 0 for r in self.results)
+                and self.identical)
 
     @property
     def identical(self) -> bool:
-        texts = set()
-        for r in self.results:
-            local = r.state_dir / "ranktable.json"
-            texts.add(local.read_bytes() if local.is_file() else b"")
-        return len(texts) == 1 and b"" not in texts
+        texts = {r.local_table() for r in self.results}
+        return len(texts) == 1 and None not in texts
 
     @property
     def worst_exit(self) -> int:
         codes = [r.exit_code for r in self.results if r.exit_code != 0]
         return max(codes) if codes else (0 if self.identical else 1)
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "nodes": self.spec.nodes, "devices_per_node": self.spec.devices,
-            "a3": self.spec.a3,
-            "shared_dir": str(self.shared_dir), "ok": self.ok,
-            "identical_tables": self.identical, "wall_seconds": round(self.wall_seconds, 3),
-            "results": [{"node": r.index, "exit_code": r.exit_code,
-                         "seconds": round(r.seconds, 3), "message": r.last_error,
-                         **server_summary(self.table_text, r, self.spec.devices),
-                         "phases": r.phases()}
-                        for r in self.results],
-            "ranktable": json.loads(self.table_text) if self.table_text else None,
-        }
+    @property
+    def table_version(self) -> Optional[str]:
+        """The version field of the shared table (1.0, or 1.2 with super pods)."""
+        try:
+            doc = json.loads(self.table_text) if self.table_text else None
+        except ValueError:
+            return None
+        version = doc.get("version") if isinstance(doc, dict) else None
+        return str(version) if version is not None else None
 
 
 def prepare(spec: SimSpec, work: Path, shared_dir: Path) -> list[SimNode]:
@@ -209,60 +247,126 @@ def prepare(spec: SimSpec, work: Path, shared_dir: Path) -> list[SimNode]:
     return nodes
 
 
-def launch(nodes: Sequence[SimNode], timeout: float) -> list[NodeResult]:
-    """Start every node (after its start delay) and wait for all; returns in index order."""
+Tick = Callable[[float, Sequence[NodeResult], Sequence[int]], None]
+"""Called about every `tick` seconds while nodes run: (seconds since the first start,
+the nodes that ended, the indices still running or yet to start)."""
+
+
+@dataclass
+class _Running:
+    node: SimNode
+    proc: subprocess.Popen[bytes]
+    started: float
+    out: IO[bytes]
+    err: IO[bytes]
+
+
+KILL_GRACE = 60.0
+"""A node still running this long after its own --timeout is killed: its agent should
+have given up at the timeout."""
+
+
+def launch(nodes: Sequence[SimNode], timeout: float, on_tick: Optional[Tick] = None,
+           tick: float = 0.1, grace: float = KILL_GRACE) -> list[NodeResult]:
+    """Start every node (after its start delay) and wait for all; returns in the order
+    given. A node still running `grace` s after its timeout (its ASCEND_NODE_TIMEOUT when
+    longer than `timeout`) is killed. Any exit from here, an interrupt included, leaves
+    no node running."""
     for node in nodes:
         write_node_data(node.data_dir, node.devices, node.seat, node.unreachable)
-    procs: dict[int, tuple[subprocess.Popen[bytes], float, Any, Any]] = {}
-    order = sorted(nodes, key=lambda n: n.start_delay)
+    pending = sorted(nodes, key=lambda n: n.start_delay)
+    running: dict[int, _Running] = {}
+    ended: dict[int, NodeResult] = {}
     t0 = time.monotonic()
-    for node in order:
-        wait = t0 + node.start_delay - time.monotonic()
-        if wait > 0:
-            time.sleep(wait)
-        node.state_dir.parent.mkdir(parents=True, exist_ok=True)
-        out = open(node.state_dir.parent / "stdout.txt", "w+b")  # noqa: SIM115
-        err = open(node.state_dir.parent / "stderr.txt", "w+b")  # noqa: SIM115
-        proc = subprocess.Popen(node.argv, env=node.env, stdout=out, stderr=err,
-                                stdin=subprocess.DEVNULL)
-        procs[node.index] = (proc, time.monotonic(), out, err)
-    results = []
-    hard_end = time.monotonic() + timeout + 60
-    for node in nodes:
-        proc, started, out, err = procs[node.index]
-        try:
-            code = proc.wait(timeout=max(1.0, hard_end - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            code = proc.wait()
-        seconds = time.monotonic() - started
-        out.seek(0)
-        err.seek(0)
-        results.append(NodeResult(node.index, code, seconds,
-                                  out.read().decode(errors="replace"),
-                                  err.read().decode(errors="replace"), node.state_dir,
-                                  node.env.get("K8S_POD_IP", "")))
-        out.close()
-        err.close()
-    return results
+    try:
+        while pending or running:
+            now = time.monotonic()
+            while pending and t0 + pending[0].start_delay <= now:
+                node = pending.pop(0)
+                running[node.index] = _start(node)
+            for index, run in list(running.items()):
+                code = run.proc.poll()
+                killed = ""
+                limit = max(timeout, _own_timeout(run.node))
+                if code is None and time.monotonic() > run.started + limit + grace:
+                    run.proc.kill()
+                    code = run.proc.wait()
+                    killed = (f"ascend-node simulate: killed: still running "
+                              f"{limit + grace:g} s after it started (its --timeout is "
+                              f"{limit:g} s)\n")
+                if code is not None:
+                    ended[index] = _collect(run, code, killed)
+                    del running[index]
+            if on_tick is not None:
+                on_tick(time.monotonic() - t0, [ended[i] for i in sorted(ended)],
+                        sorted([*running, *(n.index for n in pending)]))
+            if pending or running:
+                nap = tick
+                if pending:
+                    nap = min(nap, max(0.0, t0 + pending[0].start_delay - time.monotonic()))
+                time.sleep(nap)
+    finally:
+        for run in running.values():
+            run.proc.kill()
+            run.proc.wait()
+            run.out.close()
+            run.err.close()
+    return [ended[n.index] for n in nodes]
+
+
+def _own_timeout(node: SimNode) -> float:
+    """The node's own peer timeout (0 when its environment gives none that parses)."""
+    try:
+        return float(node.env.get("ASCEND_NODE_TIMEOUT", "0"))
+    except ValueError:
+        return 0.0
+
+
+def _start(node: SimNode) -> _Running:
+    node.state_dir.parent.mkdir(parents=True, exist_ok=True)
+    out = open(node.state_dir.parent / "stdout.txt", "w+b")  # noqa: SIM115
+    err = open(node.state_dir.parent / "stderr.txt", "w+b")  # noqa: SIM115
+    proc = subprocess.Popen(node.argv, env=node.env, stdout=out, stderr=err,
+                            stdin=subprocess.DEVNULL)
+    return _Running(node, proc, time.monotonic(), out, err)
+
+
+def _collect(run: _Running, code: int, killed: str = "") -> NodeResult:
+    """The ended node's result; a node ended by a signal gets 128 + its number, as a
+    shell reports it (143 for SIGTERM)."""
+    seconds = time.monotonic() - run.started
+    run.out.seek(0)
+    run.err.seek(0)
+    node = run.node
+    result = NodeResult(node.index, code if code >= 0 else 128 - code, seconds,
+                        run.out.read().decode(errors="replace"),
+                        run.err.read().decode(errors="replace") + killed, node.state_dir,
+                        node.env.get("K8S_POD_IP", ""))
+    run.out.close()
+    run.err.close()
+    result.table = result.local_table()
+    result.phase_times = result.phases()
+    return result
 
 
 def run_cluster(spec: SimSpec, shared_dir: Optional[Path] = None,
-                work: Optional[Path] = None) -> SimReport:
-    """The whole simulation: prepare, launch, collect, report."""
+                work: Optional[Path] = None, on_tick: Optional[Tick] = None) -> SimReport:
+    """The whole simulation: prepare, break the named devices, launch all but the absent
+    nodes, collect, report."""
     work = work or Path(tempfile.mkdtemp(prefix="ascend-node-sim-"))
     shared = shared_dir or (work / "shared")
     shared.mkdir(parents=True, exist_ok=True)
     nodes = prepare(spec, work, shared)
+    apply_bad_devices(nodes, spec.bad_devices)
     if spec.start_delays is None and spec.nodes > 1:
         for node in nodes:
             node.start_delay = random.uniform(0, 0.5)
     t0 = time.monotonic()
-    results = launch(nodes, spec.timeout)
+    results = launch([n for n in nodes if n.index not in spec.absent], spec.timeout, on_tick)
     wall = time.monotonic() - t0
     table_path = shared / f"ranktable-{spec.run_id}.json"
     text = table_path.read_text() if table_path.is_file() else None
-    return SimReport(spec, shared, results, wall, text)
+    return SimReport(spec, shared, results, wall, text, workspace=work)
 
 
 def server_summary(table_text: Optional[str], result: NodeResult, devices: int
@@ -297,47 +401,3 @@ def write_table(report: SimReport, path: Path) -> None:
     except OSError as exc:
         raise ConfigError(f"cannot write --table-out {path}: {exc.strerror or exc}",
                           "choose a path in an existing, writable directory") from exc
-
-
-# Columns of the per-node breakdown, in the order a bootstrap goes through them.
-PHASE_COLUMNS = ("startup", "discovery", "rendezvous", "outputs", "install", "set_env",
-                 "config")
-
-
-def format_report(report: SimReport) -> str:
-    """One line per server (where it sits in the table, its exit, where its time went),
-    failures with their last message, then the verdict. The table itself is in the shared
-    dir (its path is printed), in `--json`, and in `--table-out FILE`."""
-    phases = [r.phases() for r in report.results]
-    columns = [p for p in PHASE_COLUMNS if any(p in ph for ph in phases)]
-    header = (f"{'node':>5}  {'server':<15} {'pod IP':<15} {'devices':>7} {'ranks':>9} "
-              f"{'exit':>4} {'seconds':>7}" + "".join(f" {c:>10}" for c in columns))
-    lines = [header]
-    for r, ph in zip(report.results, phases):
-        row = server_summary(report.table_text, r, report.spec.devices)
-        lines.append(
-            f"{r.index:>5}  {row['server'] or '-':<15} {row['pod_ip'] or '-':<15} "
-            f"{row['devices']:>7} {row['ranks'] or '-':>9} {r.exit_code:>4} "
-            f"{r.seconds:>7.2f}"
-            + "".join(f" {ph[c]:>10.3f}" if c in ph else f" {'-':>10}" for c in columns))
-    for r in report.results:
-        if r.exit_code != 0:
-            lines.append(f"node {r.index}: exit {r.exit_code}: {r.last_error or 'no message'}")
-    tables = [r.state_dir / "ranktable.json" for r in report.results]
-    held = {t.read_bytes() for t in tables if t.is_file()}
-    holding = sum(t.is_file() for t in tables)
-    if report.identical:
-        verdict = "identical tables on every node"
-    elif len(held) > 1:
-        verdict = "TABLES DIFFER between nodes"
-    else:
-        verdict = f"{holding}/{len(tables)} nodes hold the table"
-    lines.append(
-        f"{report.spec.nodes} nodes x {report.spec.devices} NPUs: "
-        f"{sum(r.exit_code == 0 for r in report.results)} ok, {verdict}, "
-        f"{report.wall_seconds:.2f} s wall; shared dir {report.shared_dir}"
-    )
-    if report.table_text:
-        lines.append(f"rank table: {report.shared_dir / f'ranktable-{report.spec.run_id}.json'}"
-                     " (--json prints it, --table-out FILE copies it)")
-    return "\n".join(lines)

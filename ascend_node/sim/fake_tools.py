@@ -113,6 +113,7 @@ class FakeDevice:
     unreachable: tuple[str, ...] = ()
     extra: dict[str, str] = field(default_factory=dict)
     sdid: Optional[int] = None  # A3 super-pod device: its SDID (spod-info answers)
+    answers: bool = True  # False: hccn_tool fails every query of it (exit 255)
 
 
 @dataclass(frozen=True)
@@ -197,6 +198,8 @@ def write_node_data(data_dir: Path, devices: list[FakeDevice],
                              "unreachable": "".join(f"{a}\n" for a in sorted(unreachable))}
     for d in devices:
         i = d.device_id
+        if not d.answers:
+            continue
         files[f"{i}.ip"] = f"ipaddr:{d.ip}\nnetmask:{d.netmask}\n" if d.ip is not None else "\n"
         files[f"{i}.link"] = f"link status: {d.link}\n"
         files[f"{i}.net_health"] = f"net health status: {d.health}\n"
