@@ -103,6 +103,11 @@ Preflight = Annotated[Optional[str], typer.Option(
     "--preflight", help="strict | warn | off: device health at the rendezvous, pings before "
     "exec (env ASCEND_NODE_PREFLIGHT; strict, warn with a training launcher)",
     show_default=False)]
+RendezvousKeyFile = Annotated[Optional[Path], typer.Option(
+    "--rendezvous-key-file", help="File holding the job's rendezvous key, e.g. a mounted "
+    "Secret; documents on the shared volume are then signed and checked (env "
+    "ASCEND_NODE_RENDEZVOUS_KEY_FILE; or the key itself in ASCEND_NODE_RENDEZVOUS_KEY)",
+    show_default=False)]
 Json = Annotated[bool, typer.Option("--json", help="Print a JSON document on stdout")]
 Verbose = Annotated[bool, typer.Option("--verbose", "-v",
                                        help="Say where every setting came from")]
@@ -260,6 +265,7 @@ def ranktable(
     file_owner: FileOwner = None, allow_uneven_devices: AllowUneven = False,
     table_version: TableVersion = None, table_source: TableSource = None,
     hccl_json: HcclJson = None, preflight: Preflight = None,
+    rendezvous_key_file: RendezvousKeyFile = None,
     json_out: Json = False, verbose: Verbose = False, debug: Debug = False,
 ) -> None:
     """Steps 1-5: meet the peers and write the rank table; exit 0 when this node holds it."""
@@ -382,6 +388,7 @@ def boot(
     file_owner: FileOwner = None, allow_uneven_devices: AllowUneven = False,
     master_port: MasterPort = None, table_version: TableVersion = None,
     table_source: TableSource = None, hccl_json: HcclJson = None, preflight: Preflight = None,
+    rendezvous_key_file: RendezvousKeyFile = None,
     launcher: Annotated[Optional[str], typer.Option(
         "--launcher", help="mindie | msrun | ranktable-env | torch (env ASCEND_NODE_LAUNCHER; "
         "mindie)", show_default=False)] = None,
