@@ -7,24 +7,28 @@ with the cluster and nobody lists a directory (tests/test_poll_cost.py).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import random
 from typing import Optional
 
-from ascend_node.errors import ClusterInconsistent, PeerTimeout
+from ascend_node.errors import ClusterInconsistent, PeerTimeout, SharedVolumeError
 from ascend_node.rendezvous import decide
 from ascend_node.rendezvous.models import (
     AttemptDoc,
     ConflictDoc,
+    FailureDoc,
     MemberDoc,
     OutcomeDoc,
     ProgressDoc,
 )
 from ascend_node.rendezvous.participant import Participant, names_of, restart_hint
 from ascend_node.rendezvous.store import (
+    Invalid,
     Valid,
     check_real_dirs,
     check_writable,
+    create_doc,
     read_doc,
     volume_clock_ns,
     write_doc,
@@ -121,6 +125,21 @@ class Follower(Participant):
             if self._timed_out():
                 raise self._timeout_error(self._timeout(action, attempt))
             self._nap()
+
+    def _on_key_mismatch(self, got: Invalid) -> None:
+        """This pod has no key and node 0's attempt is signed: leave an (unsigned)
+        failure in this pod's slot, so node 0 names this pod's slot as unsigned when it
+        gives up, instead of only calling it missing. It cannot stop node 0 earlier:
+        node 0 cannot tell it from a forger's document."""
+        if not isinstance(got.doc, AttemptDoc) or got.doc.conflict is not None:
+            return
+        aid = got.doc.attempt_id
+        with contextlib.suppress(SharedVolumeError, OSError):
+            if self._slot_state(aid, self.index) is None:
+                create_doc(self.paths.slot(aid, self.index), FailureDoc(
+                    run_id=self.paths.run_id, attempt_id=aid,
+                    incarnation=self.identity.incarnation, global_index=self.index,
+                    cause=f"{got.describe()}"[:2000]), self.paths.shared_dir)
 
     def _cross_check_reads(self, attempt_id: str, node0_seen: dict[str, decide.SlotState]
                            ) -> dict[int, decide.SlotState]:

@@ -106,12 +106,16 @@ class Participant:
             return
         self.unauthenticated[got.path] = got
         if got.auth.kind == "no-key":
+            self._on_key_mismatch(got)
             raise KeyMismatch(
                 f"{got.describe()}: pods of this job disagree on the rendezvous key "
                 f"({KEY_ENV}), or a foreign writer signs documents on the shared volume",
                 "give every pod of the job the same key (one Secret), or none; exit 5 is "
                 "not retryable",
             )
+
+    def _on_key_mismatch(self, got: Invalid) -> None:
+        """Before exiting 5 for a signed document: leave a trace the keyed pods can name."""
 
     def unauthenticated_note(self) -> str:
         """`; ignored as unauthenticated: <path>: <reason>, ...` for timeout messages."""

@@ -56,6 +56,7 @@ class Invalid:
     path: Path
     reason: str
     auth: Optional[AuthProblem] = None  # set when the document failed authentication
+    doc: Any = None  # with `auth`: the well-formed document that failed it (not trusted)
 
     def describe(self) -> str:
         return f"{self.path}: {self.reason}"
@@ -198,7 +199,7 @@ def _read(path: Path, validate_json: Callable[[bytes], Any], run_id: str,
     if problem is not None:
         # Reported after the shape checks, so a torn or foreign-shaped file is named as
         # such; a well-formed document that fails here is a forgery or a key mismatch.
-        return Invalid(path, problem.reason, problem)
+        return Invalid(path, problem.reason, problem, doc)
     return Valid(path, doc, stamp)
 
 
