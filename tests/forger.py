@@ -161,7 +161,8 @@ class Forger:
                     host_ip=pod_ip.replace("10.", "10.99.", 1))
         for dev in data["devices"]:
             dev["device_ip"] = f"192.0.2.{100 + index * 8 + dev['device_id']}"
-        return {**template, "incarnation": f"forged-{index}", "data": data,
+        doc = {k: v for k, v in template.items() if k != "auth"}  # it has no key
+        return {**doc, "incarnation": f"forged-{index}", "data": data,
                 "contested": False, "health": None}
 
 

@@ -38,7 +38,10 @@ log = logging.getLogger("ascend_node.rendezvous")
 
 
 class Follower(Participant):
+    _traced: set[str]
+
     def run(self) -> OutcomeDoc:
+        self._traced = set()
         published_in: Optional[str] = None
         outdated_checked: dict[str, list[int]] = {}
         acceptance_reads: dict[str, dict[int, decide.SlotState]] = {}
@@ -127,19 +130,23 @@ class Follower(Participant):
             self._nap()
 
     def _on_key_mismatch(self, got: Invalid) -> None:
-        """This pod has no key and node 0's attempt is signed: leave an (unsigned)
-        failure in this pod's slot, so node 0 names this pod's slot as unsigned when it
-        gives up, instead of only calling it missing. It cannot stop node 0 earlier:
-        node 0 cannot tell it from a forger's document."""
+        """Node 0's attempt is signed with a key this pod lacks (or another key): leave
+        a failure in this pod's slot, signed with this pod's key if any, so node 0
+        names this pod's slot (unsigned, or signed with another key id) when it gives
+        up, instead of only calling this pod missing. It cannot stop node 0 earlier:
+        node 0 cannot tell it from a forger's document. Once per attempt."""
         if not isinstance(got.doc, AttemptDoc) or got.doc.conflict is not None:
             return
         aid = got.doc.attempt_id
-        with contextlib.suppress(SharedVolumeError, OSError):
+        if aid in self._traced:
+            return
+        self._traced.add(aid)
+        with contextlib.suppress(SharedVolumeError, OSError, ClusterInconsistent):
             if self._slot_state(aid, self.index) is None:
                 create_doc(self.paths.slot(aid, self.index), FailureDoc(
                     run_id=self.paths.run_id, attempt_id=aid,
                     incarnation=self.identity.incarnation, global_index=self.index,
-                    cause=f"{got.describe()}"[:2000]), self.paths.shared_dir)
+                    cause=f"{got.describe()}"[:2000]), self.paths.shared_dir, key=self.key)
 
     def _cross_check_reads(self, attempt_id: str, node0_seen: dict[str, decide.SlotState]
                            ) -> dict[int, decide.SlotState]:

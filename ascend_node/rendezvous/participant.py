@@ -105,8 +105,9 @@ class Participant:
         if got.auth is None:
             return
         self.unauthenticated[got.path] = got
-        if got.auth.kind == "no-key":
+        if got.auth.kind in ("no-key", "other-key"):
             self._on_key_mismatch(got)
+        if got.auth.kind == "no-key":
             raise KeyMismatch(
                 f"{got.describe()}: pods of this job disagree on the rendezvous key "
                 f"({KEY_ENV}), or a foreign writer signs documents on the shared volume",
