@@ -500,6 +500,7 @@ def doctor(
     shared_dir: SharedDir = None, run_id: RunId = None, state_dir: StateDir = None,
     devices: Devices = None, hccn_tool: HccnTool = None, table_version: TableVersion = None,
     table_source: TableSource = None, hccl_json: HcclJson = None,
+    rendezvous_key_file: RendezvousKeyFile = None,
     json_out: Json = False, verbose: Verbose = False, debug: Debug = False,
 ) -> None:
     """Read-only health checks of this node and, with --peers, of the cluster.

@@ -730,7 +730,8 @@ def test_healthy_single_node_is_exit_0_and_writes_nothing(node_env: dict[str, st
     report = doctor(node_env, tmp_path)
     assert report.problems == {} and report.exit_code == 0
     assert [c.id for c in report.checks] == [
-        "node.identity", "table.source", "volume.mount", "volume.probe", "device.visible",
+        "node.identity", "table.source", "volume.mount", "volume.probe", "volume.writers",
+        "device.visible",
         "device.ip", "device.unique_ip", "device.ip_family", "device.link", "device.net_health",
         "device.tls", "device.hccn_conf", "ranktable.file",
         "ranktable.valid", "ranktable.member", "ranktable.stale", "mindie.config",

@@ -79,6 +79,20 @@ def _identity(environ: Mapping[str, str]) -> NodeIdentity:
     return identify(environ)
 
 
+def _writers_check(settings: Settings, environ: Mapping[str, str], volume: Path,
+                   paths: Optional[RunPaths]) -> CheckResult:
+    """`volume.writers`: a job without a rendezvous key on a volume other uids can write."""
+    from ascend_node.doctor.volume import check_volume_writers, dir_owners
+    from ascend_node.rendezvous.seal import load_key
+
+    try:
+        key = load_key(environ, settings.rendezvous_key_file)
+    except AscendNodeError as exc:
+        return CheckResult("volume.writers", "fail", exc.cause, exc.hint)
+    return check_volume_writers(dir_owners(volume, paths.root if paths else None),
+                                key.key_id if key else None, os.geteuid())
+
+
 def run_doctor(
     settings: Settings,
     environ: Mapping[str, str],
@@ -126,6 +140,8 @@ def run_doctor(
         mountinfo = ""
     checks += [check_volume_mount(volume, mountinfo),
                check_volume_probe(volume, probe_round_trip(volume) if volume else None)]
+    if volume is not None:
+        checks.append(_writers_check(settings, environ, volume, paths))
 
     # Devices.
     npu_smi = dev.resolve_tool(settings.npu_smi, "npu-smi", dev.DEFAULT_NPU_SMI)
