@@ -546,16 +546,33 @@ def manifest(
     timeout: Annotated[int, typer.Option("--timeout", help="Agent's peer timeout")] = 900,
     npu_resource: Annotated[str, typer.Option("--npu-resource")] = "huawei.com/Ascend910",
     no_driver_mounts: Annotated[bool, typer.Option("--no-driver-mounts")] = False,
+    rendezvous_key: Annotated[bool, typer.Option(
+        "--rendezvous-key", help="Also render a Secret <name>-rendezvous-key holding a fresh "
+        "random key, mounted in every pod: rendezvous documents are then signed")] = False,
+    rendezvous_key_secret: Annotated[Optional[str], typer.Option(
+        "--rendezvous-key-secret", help="Mount this existing Secret (item `key`) as the "
+        "job's rendezvous key", show_default=False)] = None,
     json_out: Json = False, debug: Debug = False,
 ) -> None:
     """Render a Volcano Job for MindIE multi-node or training (command after `--`)."""
     with _errors(_debug(debug)):
         from ascend_node.errors import UsageError
-        from ascend_node.manifest import ManifestParams, render_job, render_yaml
+        from ascend_node.manifest import (
+            ManifestParams,
+            render_job,
+            render_key_secret,
+            render_yaml,
+            to_yaml,
+        )
 
         if kind not in ("mindie", "training"):
             raise UsageError(f"--kind {kind!r} is not one of mindie, training",
                              "use --kind mindie or --kind training")
+        if rendezvous_key and rendezvous_key_secret:
+            raise UsageError("--rendezvous-key and --rendezvous-key-secret both given",
+                             "render a new Secret, or name an existing one, not both")
+        key_secret = (f"{name}-rendezvous-key" if rendezvous_key
+                      else rendezvous_key_secret)
         params = ManifestParams(
             kind=kind,  # type: ignore[arg-type]
             name=name, nodes=nodes, image=image, pvc=pvc, run_id=run_id or name,
@@ -563,11 +580,22 @@ def manifest(
             namespace=namespace,
             rdma_resource=rdma_resource, queue=queue, timeout=timeout,
             command=list(ctx.args) or None, npu_resource=npu_resource,
-            mount_driver=not no_driver_mounts, a3=a3,
+            mount_driver=not no_driver_mounts, a3=a3, rendezvous_key_secret=key_secret,
         )
+        secret = None
+        if rendezvous_key:
+            import secrets as random_source
+
+            secret = render_key_secret(params, random_source.token_hex(32))
         if json_out:
-            print(json.dumps(render_job(params), indent=2))
+            doc = render_job(params)
+            print(json.dumps(doc if secret is None else
+                             {"apiVersion": "v1", "kind": "List", "items": [secret, doc]},
+                             indent=2))
         else:
+            if secret is not None:
+                sys.stdout.write("# the job's rendezvous key (docs/rendezvous.md)\n"
+                                 + to_yaml(secret) + "---\n")
             sys.stdout.write(render_yaml(params))
 
 
