@@ -183,7 +183,8 @@ def reachability(settings: Settings, result: TableResult) -> None:
             settings.state_dir, result.preflight, result.preflight_doc or {},
             RunPaths(settings.shared_dir, result.run_id), result.attempt_id,
             result.discovery.identity, result.table, result.discovery.hccn_tool,
-            settings.preflight_ping_timeout, result.started, settings.poll_interval)
+            settings.preflight_ping_timeout, result.started, settings.poll_interval,
+            key=result.key)
         if found is not None:
             detail.update(pings=len(found.pings), cluster_pings=found.cluster_pings,
                           unreachable=len(found.unreachable))

@@ -58,6 +58,7 @@ class TableResult:
     started: float = 0.0  # the agent's start (time.monotonic)
     preflight: str = "off"  # the policy in force
     preflight_doc: Optional[dict[str, Any]] = None  # what the rendezvous stage found
+    key: Optional[RendezvousKey] = None  # the job's rendezvous key (signs reach documents)
 
 
 def identify(environ: Mapping[str, str]) -> NodeIdentity:
@@ -239,7 +240,7 @@ def ranktable(
     log.info("rank table ready (attempt %s, %d servers, world size %s) in %.2f s",
              outcome.attempt_id, len(table["server_list"]), env["WORLD_SIZE"], seconds)
     return TableResult(found, run_id, outcome.attempt_id, table, outcome.ranktable_text, env,
-                       paths.shared_table, seconds, started, preflight, cluster)
+                       paths.shared_table, seconds, started, preflight, cluster, key)
 
 
 def rendezvous_key(settings: Settings, environ: Mapping[str, str]) -> Optional[RendezvousKey]:
