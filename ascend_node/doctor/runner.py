@@ -93,6 +93,16 @@ def _writers_check(settings: Settings, environ: Mapping[str, str], volume: Path,
                                 key.key_id if key else None, os.geteuid())
 
 
+def _key_or_none(environ: Mapping[str, str], settings: Settings) -> Any:
+    """The job's key for reading signed documents (`volume.writers` reports a bad one)."""
+    from ascend_node.rendezvous.seal import load_key
+
+    try:
+        return load_key(environ, settings.rendezvous_key_file)
+    except AscendNodeError:
+        return None
+
+
 def run_doctor(
     settings: Settings,
     environ: Mapping[str, str],
@@ -195,7 +205,8 @@ def run_doctor(
     checks += [check_table_file(where, problems), check_table_content(where, problems, target,
                                                           local_bytes is not None),
                check_table_member(table, ident.pod_ip if ident else None, states),
-               check_table_stale(where, local_bytes, read_run_state(paths),
+               check_table_stale(where, local_bytes,
+                                 read_run_state(paths, _key_or_none(environ, settings)),
                                  paths.shared_table if paths else None)]
     server_count = _server_count(table)
     checks += [check_mindie_config(mindie_state, owner_uid),
