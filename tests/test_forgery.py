@@ -395,3 +395,18 @@ def test_the_key_reaches_no_log_file_volume_or_server_environment(tmp_path: Path
     assert signed["auth"]["key_id"] == key_id_of(KEY.encode())
     for path in seen:
         assert KEY.encode() not in path.read_bytes(), f"the key is in {path}"
+
+
+def test_node0_without_the_key_stops_at_the_first_signed_slot(tmp_path: Path,
+                                                               procs: list[Proc]) -> None:
+    nodes = _job(tmp_path, 2, key=None, timeout=10)
+    forger = Forger(tmp_path / "shared")
+    p0 = _start(procs, nodes[0])
+    forger.wait_for_slots([0])
+    p1 = _start(procs, nodes[1], env={"ASCEND_NODE_RENDEZVOUS_KEY": KEY})
+    assert p0.wait(60) == 5, explain(procs)
+    kid = key_id_of(KEY.encode())
+    assert (f"{forger.slot_path(1)}: is signed with a rendezvous key (key id {kid}) but this "
+            "pod has none") in p0.stderr
+    assert p1.wait(60) == 5, explain(procs)
+    assert f"{forger.root / 'attempt.json'}: is not signed" in p1.stderr

@@ -17,7 +17,6 @@ from ascend_node.rendezvous import decide
 from ascend_node.rendezvous.models import (
     AttemptDoc,
     ConflictDoc,
-    FailureDoc,
     MemberDoc,
     OutcomeDoc,
     ProgressDoc,
@@ -130,11 +129,13 @@ class Follower(Participant):
             self._nap()
 
     def _on_key_mismatch(self, got: Invalid) -> None:
-        """Node 0's attempt is signed with a key this pod lacks (or another key): leave
-        a failure in this pod's slot, signed with this pod's key if any, so node 0
-        names this pod's slot (unsigned, or signed with another key id) when it gives
-        up, instead of only calling this pod missing. It cannot stop node 0 earlier:
-        node 0 cannot tell it from a forger's document. Once per attempt."""
+        """Node 0's attempt is signed with a key this pod lacks, with another key, or
+        not signed while this pod has a key: publish this pod's member document into
+        that attempt anyway (signed with this pod's key, if any), once, into an empty
+        slot. Node 0 then names this pod's slot (not signed, or signed with another key
+        id) instead of only calling the pod missing — and a node 0 without a key exits 5
+        at once on a signed slot. Harmless when the attempt document was a forger's: it
+        is the document this pod publishes into the real attempt anyway."""
         if not isinstance(got.doc, AttemptDoc) or got.doc.conflict is not None:
             return
         aid = got.doc.attempt_id
@@ -142,11 +143,8 @@ class Follower(Participant):
             return
         self._traced.add(aid)
         with contextlib.suppress(SharedVolumeError, OSError, ClusterInconsistent):
-            if self._slot_state(aid, self.index) is None:
-                create_doc(self.paths.slot(aid, self.index), FailureDoc(
-                    run_id=self.paths.run_id, attempt_id=aid,
-                    incarnation=self.identity.incarnation, global_index=self.index,
-                    cause=f"{got.describe()}"[:2000]), self.paths.shared_dir, key=self.key)
+            create_doc(self.paths.slot(aid, self.index), self._member_doc(aid),
+                       self.paths.shared_dir, key=self.key)
 
     def _cross_check_reads(self, attempt_id: str, node0_seen: dict[str, decide.SlotState]
                            ) -> dict[int, decide.SlotState]:

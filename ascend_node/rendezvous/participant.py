@@ -105,7 +105,7 @@ class Participant:
         if got.auth is None:
             return
         self.unauthenticated[got.path] = got
-        if got.auth.kind in ("no-key", "other-key"):
+        if got.auth.mismatch:
             self._on_key_mismatch(got)
         if got.auth.kind == "no-key":
             raise KeyMismatch(
