@@ -64,6 +64,8 @@ SlotCache = dict[int, tuple[tuple[int, int, int], decide.SlotState]]
 
 
 class Assembler(Participant):
+    _attempt_doc: Optional[AttemptDoc] = None  # what node 0 wrote as attempt.json
+
     def run(self) -> OutcomeDoc:
         attempt_id, outcome = self._open_or_reuse()
         if outcome is not None:
@@ -187,6 +189,7 @@ class Assembler(Participant):
                     f"attempt {attempt.attempt_id} ended in a conflict: {attempt.conflict}",
                     restart_hint(self.paths),
                 )
+            self._attempt_doc = attempt
             return choice.attempt_id, outcome
         attempt_id = new_attempt_id()
         doc = AttemptDoc(
@@ -223,9 +226,9 @@ class Assembler(Participant):
                        self.key)
         if isinstance(got, Valid) and got.doc.attempt_id == attempt_id:
             return
-        mine = getattr(self, "_attempt_doc", None)
+        mine = self._attempt_doc
         if isinstance(got, Invalid) and got.auth is not None and self.key is not None \
-                and mine is not None:
+                and mine is not None and mine.attempt_id == attempt_id:
             # Not signed with the job's key: not a twin node 0 (it would hold the key),
             # a forger. Ignore it and put node 0's document back; followers ignore it too.
             self._reject(got)
@@ -275,12 +278,12 @@ class Assembler(Participant):
             self._foreign_outcome(attempt_id, got)
         return None
 
-    def _foreign_outcome(self, attempt_id: str, got: Union[Valid[OutcomeDoc], Invalid]
-                         ) -> NoReturn:
+    def _foreign_outcome(self, attempt_id: str, got: Union[Valid[OutcomeDoc], Invalid],
+                         when: str = "before node 0 completed") -> NoReturn:
         what = got.describe() if isinstance(got, Invalid) else (
             f"{got.path} holds a {got.doc.result} verdict node 0 did not write")
-        reason = (f"{what}: written by someone other than node 0 before node 0 completed "
-                  f"attempt {attempt_id} (a foreign writer on the shared volume)")
+        reason = (f"{what}: written by someone other than node 0 {when} attempt "
+                  f"{attempt_id} (a foreign writer on the shared volume)")
         log.error("%s", reason)
         self._write_abort(attempt_id, reason, (0,), ())
         raise ClusterInconsistent(reason, "find what else writes the run's directory; give "
@@ -354,7 +357,7 @@ class Assembler(Participant):
                 raise ClusterInconsistent(f"{path} disappeared right after node 0 wrote it "
                                           "(removed by another writer)",
                                           restart_hint(self.paths))
-            self._foreign_outcome(attempt_id, back)
+            self._foreign_outcome(attempt_id, back, "right after node 0 completed")
         slot0 = self._slot_state(attempt_id, 0)
         if not (isinstance(slot0, MemberDoc) and slot0.incarnation == self.identity.incarnation
                 and slot0.data.digest() == self.data.digest()):
