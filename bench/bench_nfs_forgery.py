@@ -91,13 +91,13 @@ def main() -> int:
                         node.env["PYTHONPATH"] = str(args.base)
                 before = snapshot(bed, f"{trial}-{variant}-a")
                 got = bed.run(nodes, hard_timeout=90)
+                took = max(r.end for r in got) - bed.last_start
                 after = snapshot(bed, f"{trial}-{variant}-b")
                 if any(r.exit_code != 0 for r in got) or len({r.table for r in got}) != 1:
                     print(f"  trial {trial} {variant}: FAILED\n{explain(got)}")
                     return 1
                 diff = after - before
                 results[variant].append(diff)
-                took = max(r.end for r in got) - bed.last_start
                 print(f"  trial {trial} {variant:5}: {took:5.1f} s, {sum(diff.values())} RPCs "
                       f"({', '.join(f'{k} {v}' for k, v in diff.most_common(6))})", flush=True)
     ops = sorted({op for runs in results.values() for c in runs for op in c},

@@ -65,6 +65,7 @@ SlotCache = dict[int, tuple[tuple[int, int, int], decide.SlotState]]
 
 class Assembler(Participant):
     _attempt_doc: Optional[AttemptDoc] = None  # what node 0 wrote as attempt.json
+    _attempt_dir_seen: Optional[tuple[int, int, int]] = None  # when outcome.json was checked
 
     def run(self) -> OutcomeDoc:
         attempt_id, outcome = self._open_or_reuse()
@@ -254,13 +255,24 @@ class Assembler(Participant):
                                   seen: Optional[tuple[int, int, int]]
                                   ) -> Optional[tuple[int, int, int]]:
         """Only node 0 writes the outcome, and it has not yet: anything there now is a
-        foreign document. One `stat` a poll (the directory is revalidated already);
-        read only when it changed. A document followers would trust (valid, and with a
+        foreign document. A `stat` of it only when the attempt directory changed, and a
+        read only when the file changed. A document followers would trust (valid, and with a
         key authentic) aborts the attempt at once, naming it: without a key nobody can
         tell it from node 0's, so the sooner everyone hears, the fewer can have taken
         it. One nobody trusts (unparsable, a symlink, unsigned under a key) is reported
         and left for node 0 to write the real outcome over when it completes."""
         path = self.fresh.file(self.paths.outcome(attempt_id))
+        # Only when the attempt directory changed (a planted name changes it too): its
+        # attributes were just revalidated by the open above, so this `stat` is served
+        # from the client's cache, and an unchanged directory costs no RPC at all.
+        try:
+            dst = os.stat(path.parent)
+        except OSError:
+            return seen
+        dir_stamp = (dst.st_ino, dst.st_mtime_ns, dst.st_ctime_ns)
+        if dir_stamp == self._attempt_dir_seen:
+            return seen
+        self._attempt_dir_seen = dir_stamp
         try:
             st = os.stat(path, follow_symlinks=False)
         except OSError:
