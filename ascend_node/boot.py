@@ -31,6 +31,7 @@ from ascend_node.mindie import (
 )
 from ascend_node.mindie_startup import DiskView, facts_from_env, startup_problems, summarise
 from ascend_node.outputs import StatusDoc, write_env, write_status
+from ascend_node.rendezvous.seal import STRIP_FROM_EXEC
 from ascend_node.rendezvous.store import RunPaths
 from ascend_node.setenv import capture_set_env, set_env_scripts_from_env
 from ascend_node.settings import Settings
@@ -99,10 +100,15 @@ def prepare_exec(
     else:
         log.info("atb_llm %s: %s", installed.wheel.version, installed.reason)
 
+    # The rendezvous key stays with the agent: neither the vendor scripts nor the server
+    # get it (it would show in their /proc/<pid>/environ and in every child they start).
+    environ = {k: v for k, v in environ.items() if k not in STRIP_FROM_EXEC}
     scripts = set_env_scripts_from_env(environ)
     with events.phase("set_env", scripts=len(scripts)):
         delta = capture_set_env(scripts, dict(environ)) if scripts else None
     env = delta.apply(environ) if delta else dict(environ)
+    for name in STRIP_FROM_EXEC:  # in case a set_env script exported it again
+        env.pop(name, None)
     if delta:
         log.info("sourced %s (%d variables set)", ", ".join(delta.scripts), len(delta.changed))
         for line in delta.output:
@@ -250,7 +256,8 @@ def reachability(settings: Settings, result: TableResult) -> None:
             settings.state_dir, result.preflight, result.preflight_doc or {},
             RunPaths(settings.shared_dir, result.run_id), result.attempt_id,
             result.discovery.identity, result.table, result.discovery.hccn_tool,
-            settings.preflight_ping_timeout, result.started, settings.poll_interval)
+            settings.preflight_ping_timeout, result.started, settings.poll_interval,
+            key=result.key)
         if found is not None:
             detail.update(pings=len(found.pings), cluster_pings=found.cluster_pings,
                           unreachable=len(found.unreachable))

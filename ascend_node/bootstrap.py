@@ -28,6 +28,7 @@ from ascend_node.preflight.probe import HealthProbe
 from ascend_node.preflight.record import record_cluster
 from ascend_node.rendezvous.models import DeviceRecord, MemberData
 from ascend_node.rendezvous.protocol import Rendezvous, node0_failure, publish_failure
+from ascend_node.rendezvous.seal import KEY_FILE_ENV, RendezvousKey, load_key
 from ascend_node.rendezvous.store import RunPaths
 from ascend_node.settings import Settings
 from ascend_node.superpod import SuperPodProbe, query_super_pod
@@ -164,6 +165,7 @@ def _ranktable_from_volume(
 ) -> TableResult:
     deadline = started + settings.timeout
     shared_dir, run_id = require_rendezvous_settings(settings)
+    key = rendezvous_key(settings, environ)
     paths = RunPaths(shared_dir, run_id)
     status = StatusDoc(state="in_progress", phase="discover", command=command, run_id=run_id)
     write_status(settings.state_dir, status)
@@ -184,7 +186,7 @@ def _ranktable_from_volume(
                               preflight_probe_wait=round(probe_wait, 3))
     except AscendNodeError as exc:
         if identity is not None:
-            _publish_local_failure(paths, identity, exc, deadline)
+            _publish_local_failure(paths, identity, exc, deadline, key)
             leave_summary(settings, identity, command, "failed", exc=exc)
         raise
     status = status.replace(phase="rendezvous", node=identity.name)
@@ -204,6 +206,7 @@ def _ranktable_from_volume(
         table_version=settings.table_version,
         health=health,
         preflight=preflight,
+        key=key,
     )
     try:
         with events.phase("rendezvous", node=identity.name,
@@ -229,7 +232,21 @@ def _ranktable_from_volume(
     log.info("rank table ready (attempt %s, %d servers, world size %s) in %.2f s",
              outcome.attempt_id, len(table["server_list"]), env["WORLD_SIZE"], seconds)
     return TableResult(found, run_id, outcome.attempt_id, table, outcome.ranktable_text, env,
-                       paths.shared_table, seconds, started, preflight, cluster)
+                       paths.shared_table, seconds, started, preflight, cluster, key)
+
+
+def rendezvous_key(settings: Settings, environ: Mapping[str, str]) -> Optional[RendezvousKey]:
+    """The job's rendezvous key, if it has one; logged by its key id only."""
+    source = settings.sources.get("rendezvous_key_file", "")
+    key = load_key(environ, settings.rendezvous_key_file,
+                   source.split(" ", 1)[-1] if source else KEY_FILE_ENV)
+    if key is None:
+        log.debug("no rendezvous key: documents on the shared volume are checked, "
+                  "not authenticated (docs/rendezvous.md, threat model)")
+    else:
+        log.info("rendezvous key id %s: documents on the shared volume are signed",
+                 key.key_id)
+    return key
 
 
 def leave_summary(settings: Settings, identity: NodeIdentity, command: str, state: str,
@@ -246,13 +263,14 @@ def leave_summary(settings: Settings, identity: NodeIdentity, command: str, stat
 
 
 def _publish_local_failure(
-    paths: RunPaths, identity: NodeIdentity, exc: AscendNodeError, deadline: float
+    paths: RunPaths, identity: NodeIdentity, exc: AscendNodeError, deadline: float,
+    key: Optional[RendezvousKey] = None,
 ) -> None:
     cause = exc.cause
     wait = max(0.0, min(5.0, deadline - time.monotonic()))
     if identity.global_index == 0:
-        aid = node0_failure(paths, identity, cause)
+        aid = node0_failure(paths, identity, cause, key=key)
     else:
-        aid = publish_failure(paths, identity, cause, wait)
+        aid = publish_failure(paths, identity, cause, wait, key=key)
     if aid:
         log.info("published this node's failure into attempt %s", aid)

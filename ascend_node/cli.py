@@ -106,6 +106,11 @@ Preflight = Annotated[Optional[str], typer.Option(
     "--preflight", help="strict | warn | off: device health at the rendezvous, pings before "
     "exec (env ASCEND_NODE_PREFLIGHT; strict, warn with a training launcher)",
     show_default=False)]
+RendezvousKeyFile = Annotated[Optional[Path], typer.Option(
+    "--rendezvous-key-file", help="File holding the job's rendezvous key, e.g. a mounted "
+    "Secret; documents on the shared volume are then signed and checked (env "
+    "ASCEND_NODE_RENDEZVOUS_KEY_FILE; or the key itself in ASCEND_NODE_RENDEZVOUS_KEY)",
+    show_default=False)]
 Json = Annotated[bool, typer.Option("--json", help="Print a JSON document on stdout")]
 Verbose = Annotated[bool, typer.Option("--verbose", "-v",
                                        help="Say where every setting came from")]
@@ -293,6 +298,7 @@ def ranktable(
     file_owner: FileOwner = None, allow_uneven_devices: AllowUneven = False,
     table_version: TableVersion = None, table_source: TableSource = None,
     hccl_json: HcclJson = None, preflight: Preflight = None,
+    rendezvous_key_file: RendezvousKeyFile = None,
     json_out: Json = False, verbose: Verbose = False, debug: Debug = False,
 ) -> None:
     """Steps 1-5: meet the peers and write the rank table; exit 0 when this node holds it."""
@@ -478,6 +484,7 @@ def boot(
     file_owner: FileOwner = None, allow_uneven_devices: AllowUneven = False,
     master_port: MasterPort = None, table_version: TableVersion = None,
     table_source: TableSource = None, hccl_json: HcclJson = None, preflight: Preflight = None,
+    rendezvous_key_file: RendezvousKeyFile = None,
     launcher: Annotated[Optional[str], typer.Option(
         "--launcher", help="mindie | msrun | ranktable-env | torch (env ASCEND_NODE_LAUNCHER; "
         "mindie)", show_default=False)] = None,
@@ -601,6 +608,7 @@ def doctor(
     shared_dir: SharedDir = None, run_id: RunId = None, state_dir: StateDir = None,
     devices: Devices = None, hccn_tool: HccnTool = None, table_version: TableVersion = None,
     table_source: TableSource = None, hccl_json: HcclJson = None,
+    rendezvous_key_file: RendezvousKeyFile = None,
     json_out: Json = False, verbose: Verbose = False, debug: Debug = False,
 ) -> None:
     """Read-only health checks of this node and, with --peers, of the cluster.
@@ -651,16 +659,33 @@ def manifest(
     no_driver_mounts: Annotated[bool, typer.Option(
         "--no-driver-mounts", help="Do not mount the host's /usr/local/Ascend/driver "
         "(the image brings its own driver tools)")] = False,
+    rendezvous_key: Annotated[bool, typer.Option(
+        "--rendezvous-key", help="Also render a Secret <name>-rendezvous-key holding a fresh "
+        "random key, mounted in every pod: rendezvous documents are then signed")] = False,
+    rendezvous_key_secret: Annotated[Optional[str], typer.Option(
+        "--rendezvous-key-secret", help="Mount this existing Secret (item `key`) as the "
+        "job's rendezvous key", show_default=False)] = None,
     json_out: Json = False, debug: Debug = False,
 ) -> None:
     """Render a Volcano Job for MindIE multi-node or training (command after `--`)."""
     with _errors(_debug(debug)):
         from ascend_node.errors import UsageError
-        from ascend_node.manifest import ManifestParams, render_job, render_yaml
+        from ascend_node.manifest import (
+            ManifestParams,
+            render_job,
+            render_key_secret,
+            render_yaml,
+            to_yaml,
+        )
 
         if kind not in ("mindie", "training"):
             raise UsageError(f"--kind {kind!r} is not one of mindie, training",
                              "use --kind mindie or --kind training")
+        if rendezvous_key and rendezvous_key_secret:
+            raise UsageError("--rendezvous-key and --rendezvous-key-secret both given",
+                             "render a new Secret, or name an existing one, not both")
+        key_secret = (f"{name}-rendezvous-key" if rendezvous_key
+                      else rendezvous_key_secret)
         params = ManifestParams(
             kind=kind,  # type: ignore[arg-type]
             name=name, nodes=nodes, image=image, pvc=pvc, run_id=run_id or name,
@@ -668,11 +693,22 @@ def manifest(
             namespace=namespace,
             rdma_resource=rdma_resource, queue=queue, timeout=timeout,
             command=list(ctx.args) or None, npu_resource=npu_resource,
-            mount_driver=not no_driver_mounts, a3=a3,
+            mount_driver=not no_driver_mounts, a3=a3, rendezvous_key_secret=key_secret,
         )
+        secret = None
+        if rendezvous_key:
+            import secrets as random_source
+
+            secret = render_key_secret(params, random_source.token_hex(32))
         if json_out:
-            print(json.dumps(render_job(params), indent=2))
+            doc = render_job(params)
+            print(json.dumps(doc if secret is None else
+                             {"apiVersion": "v1", "kind": "List", "items": [secret, doc]},
+                             indent=2))
         else:
+            if secret is not None:
+                sys.stdout.write("# the job's rendezvous key (docs/rendezvous.md)\n"
+                                 + to_yaml(secret) + "---\n")
             sys.stdout.write(render_yaml(params))
 
 

@@ -93,6 +93,7 @@ class ManifestParams:
     npu_resource: str = DEFAULT_NPU_RESOURCE
     mount_driver: bool = True
     a3: bool = False  # Atlas 900 A3 SuperPoD nodes (rank table v1.2)
+    rendezvous_key_secret: Optional[str] = None  # a Secret holding the job's key, mounted
 
     def __post_init__(self) -> None:
         validate(self)
@@ -141,6 +142,7 @@ def validate(p: ManifestParams) -> None:
                           "give an image reference such as registry/mindie:2.1-ascend-node")
     _check_subdomain("pvc", p.pvc)
     _check_subdomain("queue", p.queue)
+    _check_key_secret(p)
     if p.namespace is not None and (len(p.namespace) > 63 or not _DNS1123_LABEL.match(p.namespace)):
         raise UsageError(f"namespace {p.namespace!r} is not a DNS-1123 label",
                           "use lower-case letters, digits and '-', at most 63 characters")
@@ -170,6 +172,11 @@ def validate(p: ManifestParams) -> None:
             "give it after --, e.g. -- bash -c 'exec msrun --worker_num=$WORLD_SIZE "
             "--local_worker_num=8 --master_addr=$MASTER_IP ... run_mindformer.py ...'",
         )
+
+
+def _check_key_secret(p: ManifestParams) -> None:
+    if p.rendezvous_key_secret is not None:
+        _check_subdomain("rendezvous_key_secret", p.rendezvous_key_secret)
 
 
 def _check_int(field: str, value: object, lo: int, hi: int) -> None:
@@ -272,6 +279,9 @@ def _container(p: ManifestParams, role: str) -> dict[str, Any]:
     if p.nodes == 1:
         # With no worker task the svc plugin injects no VC_WORKER_NUM at all.
         env.append({"name": "VC_WORKER_NUM", "value": "0"})
+    if p.rendezvous_key_secret is not None:
+        env.append({"name": "ASCEND_NODE_RENDEZVOUS_KEY_FILE",
+                    "value": f"{KEY_MOUNT_DIR}/{KEY_ITEM}"})
     amounts = {p.npu_resource: str(p.npus_per_node)}
     if p.rdma_resource is not None:
         amounts[p.rdma_resource] = "1"
@@ -300,8 +310,31 @@ def _container(p: ManifestParams, role: str) -> dict[str, Any]:
             {"name": "ascend-driver", "mountPath": "/usr/local/Ascend/driver", "readOnly": True},
             {"name": "hccn-conf", "mountPath": "/etc/hccn.conf", "readOnly": True},
         ]
+    if p.rendezvous_key_secret is not None:
+        mounts.append({"name": "rendezvous-key", "mountPath": KEY_MOUNT_DIR, "readOnly": True})
     c["volumeMounts"] = mounts
     return c
+
+
+# The job's rendezvous key (docs/rendezvous.md, threat model) reaches the agent as a
+# file from a mounted Secret, never as an environment variable: it then shows neither in
+# `kubectl describe pod` nor in /proc/<pid>/environ, and the server never inherits it.
+KEY_MOUNT_DIR = "/etc/ascend-node/rendezvous-key"
+KEY_ITEM = "key"
+
+
+def render_key_secret(p: ManifestParams, key_text: str) -> dict[str, Any]:
+    """The Secret `p.rendezvous_key_secret` holding `key_text` (a fresh random key: the
+    caller makes it; this module stays pure)."""
+    if p.rendezvous_key_secret is None:
+        raise ConfigError("no rendezvous key Secret to render", "pass --rendezvous-key")
+    metadata: dict[str, Any] = {"name": p.rendezvous_key_secret}
+    if p.namespace is not None:
+        metadata["namespace"] = p.namespace
+    metadata["labels"] = {"app.kubernetes.io/instance": p.name,
+                          "app.kubernetes.io/managed-by": "ascend-node"}
+    return {"apiVersion": "v1", "kind": "Secret", "metadata": metadata, "type": "Opaque",
+            "stringData": {KEY_ITEM: key_text}}
 
 
 def _field_env(name: str, path: str) -> dict[str, Any]:
@@ -324,6 +357,10 @@ def _volumes(p: ManifestParams) -> list[dict[str, Any]]:
              "hostPath": {"path": "/usr/local/Ascend/driver", "type": "Directory"}},
             {"name": "hccn-conf", "hostPath": {"path": "/etc/hccn.conf", "type": "File"}},
         ]
+    if p.rendezvous_key_secret is not None:
+        vols.append({"name": "rendezvous-key", "secret": {
+            "secretName": p.rendezvous_key_secret, "defaultMode": 0o440,
+            "items": [{"key": KEY_ITEM, "path": KEY_ITEM}]}})
     return vols
 
 

@@ -53,6 +53,9 @@ class Settings(BaseModel):
     # None: strict, or warn for `boot` into a training launcher (preflight.policy)
     preflight: Optional[Literal["strict", "warn", "off"]] = None
     preflight_ping_timeout: float = Field(5.0, gt=0, le=120)
+    # The file holding the job's rendezvous key (a mounted Secret). The key itself is
+    # never a setting: `rendezvous.seal.load_key` reads it, so --verbose cannot print it.
+    rendezvous_key_file: Optional[Path] = None
     sources: dict[str, str] = Field(default_factory=dict)
 
     @field_validator("file_owner", mode="before")
@@ -123,6 +126,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("hccl_json", "--hccl-json", "ASCEND_NODE_HCCL_JSON", (), Path),
     Option("preflight", "--preflight", "ASCEND_NODE_PREFLIGHT", (), parse_policy),
     Option("preflight_ping_timeout", None, "ASCEND_NODE_PREFLIGHT_PING_TIMEOUT", (), float),
+    Option("rendezvous_key_file", "--rendezvous-key-file", "ASCEND_NODE_RENDEZVOUS_KEY_FILE",
+           (), Path),
 )
 
 

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Optional, Protocol
 if TYPE_CHECKING:  # types only: this module stays cheap to import (doctor, discover)
     from ascend_node.devices import Device
     from ascend_node.identity import NodeIdentity
+    from ascend_node.rendezvous.seal import RendezvousKey
     from ascend_node.settings import Settings
     from ascend_node.superpod import NodeSuperPod
 
@@ -62,6 +63,7 @@ class TableResult:
     started: float = 0.0  # the agent's start (time.monotonic)
     preflight: str = "off"  # the policy in force
     preflight_doc: Optional[dict[str, Any]] = None  # what the rendezvous stage found
+    key: Optional[RendezvousKey] = None  # the job's rendezvous key (signs reach documents)
 
 
 class TableSource(Protocol):

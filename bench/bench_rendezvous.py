@@ -24,8 +24,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from ascend_node.identity import NodeIdentity
 from ascend_node.ranktable import build_rank_table, render_rank_table
 from ascend_node.rendezvous import decide
+from ascend_node.rendezvous.assembler import Assembler
 from ascend_node.rendezvous.models import DeviceRecord, MemberData, MemberDoc
-from ascend_node.rendezvous.protocol import Rendezvous, to_server
+from ascend_node.rendezvous.protocol import to_server
 from ascend_node.rendezvous.store import RunPaths, write_doc
 from ascend_node.sim.cluster import SimSpec, launch, prepare
 
@@ -82,11 +83,11 @@ def assembler(n: int) -> tuple[float, float]:
         write_doc(paths.slot("a1", m.data.global_index), m, shared)
     ident = NodeIdentity("master", 0, 1, n - 1, members[0].data.pod_ip,
                          members[0].data.host_ip, "u0")
-    rdzv = Rendezvous(paths, ident, members[0].data, deadline=time.monotonic() + 60,
-                      timeout=60)
+    rdzv = Assembler(paths, ident, members[0].data, deadline=time.monotonic() + 60,
+                     timeout=60)
     cache: dict = {}
     t0 = time.perf_counter()
-    slots = {i: rdzv._cached_slot("a1", i, cache) for i in range(n)}
+    slots = rdzv._scan_slots("a1", cache, rdzv._list_attempt("a1"))
     verdict = decide.evaluate(slots, n, 1, False)
     assert isinstance(verdict, decide.Complete)
     rdzv._complete("a1", verdict.members)

@@ -824,6 +824,7 @@ def test_healthy_single_node_is_exit_0_and_writes_nothing(node_env: dict[str, st
     assert report.problems == {} and report.exit_code == 0
     assert [c.id for c in report.checks] == [
         "node.identity", "table.source", "volume.mount", "volume.probe", "volume.cost",
+        "volume.writers",
         "device.visible",
         "device.ip", "device.unique_ip", "device.ip_family", "device.link", "device.net_health",
         "device.tls", "device.hccn_conf", "ranktable.file",

@@ -143,3 +143,36 @@ def test_the_load_grows_linearly_with_the_waiting_pods():
     one = volume.cadence.job_rpcs_per_second(1, 0.2)
     assert volume.cadence.job_rpcs_per_second(1025, 0.2) == pytest.approx(one + 1024 * per_pod)
     assert per_pod <= 5.0  # the bound a calm follower is held to (docs/rendezvous.md)
+
+
+# ---------------------------------------------------------------------- volume.writers
+
+
+def _owner(mode: int, uid: int = 1000) -> volume.DirOwner:
+    return volume.DirOwner(Path("/models"), mode, uid)
+
+
+@pytest.mark.parametrize(("owners", "key_id", "status", "words"), [
+    ([_owner(0o755)], None, "ok", "only this pod's uid can write"),
+    ([_owner(0o1777)], None, "warn", "/models is writable by every uid (mode 1777)"),
+    ([_owner(0o2775)], None, "warn", "/models is writable by its group (mode 2775)"),
+    ([_owner(0o755, uid=0)], None, "warn",
+     "/models is owned by uid 0, this pod runs as uid 1000"),
+    ([_owner(0o1777)], "0123456789abcdef", "ok", "rendezvous key id 0123456789abcdef"),
+])
+def test_volume_writers_warns_without_a_key_when_other_uids_can_write(owners, key_id, status,
+                                                                      words):
+    got = volume.check_volume_writers(owners, key_id, my_uid=1000)
+    assert got.status == status and words in got.message, got
+    if status == "warn":
+        assert "rendezvous key" in got.remedy
+
+
+def test_dir_owners_reads_the_shared_dir_and_the_run_dirs_that_exist(tmp_path):
+    run = tmp_path / ".ascend-node" / "r"
+    run.mkdir(parents=True)
+    run.chmod(0o777)
+    owners = volume.dir_owners(tmp_path, run)
+    assert [o.path for o in owners] == [tmp_path, tmp_path / ".ascend-node", run]
+    got = volume.check_volume_writers(owners, None, os.geteuid())
+    assert got.status == "warn" and f"{run} is writable by every uid" in got.message

@@ -466,3 +466,45 @@ def test_manifest_cli_a3_defaults_to_16_npus(validator) -> None:
     spec = job["spec"]["tasks"][0]["template"]["spec"]
     assert spec["containers"][0]["resources"]["requests"]["huawei.com/Ascend910"] == "16"
     assert spec["nodeSelector"]["accelerator-type"] == "module-a3-16-super-pod"
+
+
+def test_rendezvous_key_secret_is_mounted_as_a_file_never_an_env_value(validator) -> None:
+    job = render_job(params(rendezvous_key_secret="mindie-rendezvous-key"))
+    assert _errors(validator, job) == []
+    for task in job["spec"]["tasks"]:
+        spec = task["template"]["spec"]
+        (container,) = spec["containers"]
+        env = {e["name"]: e for e in container["env"]}
+        assert env["ASCEND_NODE_RENDEZVOUS_KEY_FILE"]["value"] == \
+            "/etc/ascend-node/rendezvous-key/key"
+        assert "ASCEND_NODE_RENDEZVOUS_KEY" not in env
+        mount = next(m for m in container["volumeMounts"] if m["name"] == "rendezvous-key")
+        assert mount == {"name": "rendezvous-key", "mountPath": "/etc/ascend-node/rendezvous-key",
+                         "readOnly": True}
+        vol = next(v for v in spec["volumes"] if v["name"] == "rendezvous-key")
+        assert vol["secret"]["secretName"] == "mindie-rendezvous-key"
+    with pytest.raises(UsageError, match="rendezvous_key_secret"):
+        params(rendezvous_key_secret="Not_A_Name")
+    assert "rendezvous-key" not in json.dumps(render_job(params()))
+
+
+def test_manifest_cli_renders_a_fresh_key_secret_beside_the_job(validator) -> None:
+    from typer.testing import CliRunner
+
+    from ascend_node.cli import app
+
+    keys = set()
+    for _ in range(2):
+        result = CliRunner().invoke(app, ["manifest", "--name", "llm", "--rendezvous-key"])
+        assert result.exit_code == 0, result.output
+        secret, job = list(yaml.safe_load_all(result.stdout))
+        assert secret["kind"] == "Secret" and secret["metadata"]["name"] == "llm-rendezvous-key"
+        key = secret["stringData"]["key"]
+        assert re.fullmatch(r"[0-9a-f]{64}", key)
+        keys.add(key)
+        assert _errors(validator, job) == []
+        assert key not in yaml.safe_dump(job)
+    assert len(keys) == 2  # a new key per rendering
+    both = CliRunner().invoke(app, ["manifest", "--rendezvous-key",
+                                    "--rendezvous-key-secret", "x"])
+    assert both.exit_code == 2

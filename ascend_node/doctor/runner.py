@@ -85,6 +85,30 @@ def _identity(environ: Mapping[str, str]) -> NodeIdentity:
     return identify(environ)
 
 
+def _writers_check(settings: Settings, environ: Mapping[str, str], volume: Path,
+                   paths: Optional[RunPaths]) -> CheckResult:
+    """`volume.writers`: a job without a rendezvous key on a volume other uids can write."""
+    from ascend_node.doctor.volume import check_volume_writers, dir_owners
+    from ascend_node.rendezvous.seal import load_key
+
+    try:
+        key = load_key(environ, settings.rendezvous_key_file)
+    except AscendNodeError as exc:
+        return CheckResult("volume.writers", "fail", exc.cause, exc.hint)
+    return check_volume_writers(dir_owners(volume, paths.root if paths else None),
+                                key.key_id if key else None, os.geteuid())
+
+
+def _key_or_none(environ: Mapping[str, str], settings: Settings) -> Any:
+    """The job's key for reading signed documents (`volume.writers` reports a bad one)."""
+    from ascend_node.rendezvous.seal import load_key
+
+    try:
+        return load_key(environ, settings.rendezvous_key_file)
+    except AscendNodeError:
+        return None
+
+
 def run_doctor(
     settings: Settings,
     environ: Mapping[str, str],
@@ -133,6 +157,8 @@ def run_doctor(
     checks += [check_volume_mount(volume, mountinfo),
                check_volume_probe(volume, probe_round_trip(volume) if volume else None),
                check_poll_cost(ident.node_count if ident else None, settings.poll_interval)]
+    if volume is not None:
+        checks.append(_writers_check(settings, environ, volume, paths))
 
     # Devices.
     npu_smi = dev.resolve_tool(settings.npu_smi, "npu-smi", dev.DEFAULT_NPU_SMI)
@@ -188,7 +214,8 @@ def run_doctor(
     checks += [check_table_file(where, problems), check_table_content(where, problems, target,
                                                           local_bytes is not None),
                check_table_member(table, ident.pod_ip if ident else None, states),
-               check_table_stale(where, local_bytes, read_run_state(paths),
+               check_table_stale(where, local_bytes,
+                                 read_run_state(paths, _key_or_none(environ, settings)),
                                  paths.shared_table if paths else None)]
     server_count = _server_count(table)
     checks += [check_mindie_config(mindie_state, owner_uid),

@@ -21,6 +21,7 @@ from ascend_node.errors import AscendNodeError
 from ascend_node.netcheck import parse_ip
 from ascend_node.ranktable import Problem, local_server
 from ascend_node.rendezvous.models import AttemptDoc, OutcomeDoc
+from ascend_node.rendezvous.seal import RendezvousKey
 from ascend_node.rendezvous.store import (
     Invalid,
     Missing,
@@ -148,15 +149,17 @@ class RunState:
     note: str = ""
 
 
-def read_run_state(paths: Optional[RunPaths]) -> RunState:
+def read_run_state(paths: Optional[RunPaths], key: Optional[RendezvousKey] = None
+                   ) -> RunState:
+    """`key`: the job's rendezvous key, when it has one (documents are then signed)."""
     if paths is None:
         return RunState(None, note="no shared directory or run id configured")
     table = read_bytes_nofollow(paths.shared_table)
-    got = read_doc(paths.attempt_file, AttemptDoc, paths.run_id)
+    got = read_doc(paths.attempt_file, AttemptDoc, paths.run_id, key)
     if not isinstance(got, Valid):
         note = got.describe() if isinstance(got, Invalid) else "no attempt file"
         return RunState(table, note=note)
-    out = read_doc(paths.outcome(got.doc.attempt_id), OutcomeDoc, paths.run_id)
+    out = read_doc(paths.outcome(got.doc.attempt_id), OutcomeDoc, paths.run_id, key)
     return RunState(table, got.doc, out.doc if isinstance(out, Valid) else None)
 
 

@@ -16,6 +16,7 @@ import os
 import secrets
 import shutil
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
@@ -170,3 +171,58 @@ def check_poll_cost(node_count: Optional[int], poll_interval: float) -> CheckRes
                            "a raised --poll-interval (over 0.5 s) spaces every waiting "
                            "pod's glances; or give the rendezvous a volume of its own")
     return ok("volume.cost", text)
+
+
+@dataclass(frozen=True)
+class DirOwner:
+    path: Path
+    mode: int
+    uid: int
+
+
+def dir_owners(shared_dir: Path, run_root: Optional[Path]) -> list[DirOwner]:
+    """The shared directory and, when they exist, `.ascend-node` and the run's own
+    directory: whoever can write one of them can plant rendezvous documents."""
+    out = []
+    candidates = [shared_dir, shared_dir / ".ascend-node"]
+    if run_root is not None:
+        candidates.append(run_root)
+    for path in candidates:
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        out.append(DirOwner(path, st.st_mode & 0o7777, st.st_uid))
+    return out
+
+
+def check_volume_writers(owners: Sequence[DirOwner], key_id: Optional[str],
+                         my_uid: int) -> CheckResult:
+    """Who else can write the run's documents, and whether the job has a key.
+
+    Without a key a document is checked (shape, cross-checks with the slots), not
+    authenticated: another writer of the volume can plant a table some pods would
+    take (docs/rendezvous.md, threat model). Pure; table-tested."""
+    if key_id is not None:
+        return ok("volume.writers", f"rendezvous key id {key_id}: documents on the shared "
+                                    "volume are signed and checked")
+    others = []
+    for d in owners:
+        if d.mode & 0o002:
+            others.append(f"{d.path} is writable by every uid (mode {d.mode:04o})")
+        elif d.mode & 0o020:
+            others.append(f"{d.path} is writable by its group (mode {d.mode:04o})")
+        if d.uid != my_uid and d.mode & 0o200:
+            others.append(f"{d.path} is owned by uid {d.uid}, this pod runs as uid {my_uid}")
+    if not others:
+        return ok("volume.writers", "no rendezvous key: documents are checked, not "
+                                    "authenticated; only this pod's uid can write the "
+                                    "shared directory (root without root_squash aside)")
+    return CheckResult(
+        "volume.writers", "warn",
+        "no rendezvous key, and other uids can write the rendezvous: "
+        + "; ".join(others[:3]) + (f" and {len(others) - 3} more" if len(others) > 3 else ""),
+        "give the job a rendezvous key (`ascend-node manifest --rendezvous-key` renders a "
+        "Secret; ASCEND_NODE_RENDEZVOUS_KEY or --rendezvous-key-file), or make the "
+        "shared directory writable by the job's uid only",
+    )

@@ -36,6 +36,7 @@ from ascend_node.preflight.sample import (
 )
 from ascend_node.rendezvous.freshness import Freshness
 from ascend_node.rendezvous.participant import names_of
+from ascend_node.rendezvous.seal import RendezvousKey
 from ascend_node.rendezvous.store import RunPaths, Valid, read_doc, volume_clock_ns, write_doc
 from ascend_node.tools import ToolResult, run_tool
 
@@ -92,6 +93,7 @@ class Reachability:
     runner: Callable[..., ToolResult] = run_tool
     clock: Callable[[], float] = time.monotonic
     sleep: Callable[[float], None] = time.sleep
+    key: Optional[RendezvousKey] = None  # the job's rendezvous key: sign and check
 
     @property
     def index(self) -> int:
@@ -108,7 +110,7 @@ class Reachability:
                        global_index=self.index, token=token,
                        seconds=round(self.clock() - t0, 3), pings=mine)
         write_doc(reach_path(self.paths, self.attempt_id, self.index), doc,
-                  self.paths.shared_dir)
+                  self.paths.shared_dir, key=self.key)
         log.info("pre-flight: pinged %d peer device(s) from %d local device(s) in %.2f s",
                  len(mine), len({p.device_id for p in pairs}), doc.seconds)
         deadline = self.clock() + self.ping_timeout + REACH_WAIT
@@ -154,7 +156,7 @@ class Reachability:
                 if i in docs:
                     continue
                 got = read_doc(fresh.file(reach_path(self.paths, self.attempt_id, i)),
-                               ReachDoc, self.paths.run_id)
+                               ReachDoc, self.paths.run_id, self.key)
                 if (isinstance(got, Valid) and got.doc.attempt_id == self.attempt_id
                         and got.doc.global_index == i
                         and (oldest is None or got.stamp[2] >= oldest)):
@@ -168,7 +170,8 @@ class Reachability:
             tokens={i: d.token for i, d in docs.items()}, unreachable=bad[:4096],
             warnings=tuple(w[:1000] for w in warns[:64]), missing=missing,
             pings=sum(len(d.pings) for d in docs.values()))
-        write_doc(verdict_path(self.paths, self.attempt_id), verdict, self.paths.shared_dir)
+        write_doc(verdict_path(self.paths, self.attempt_id), verdict, self.paths.shared_dir,
+                  key=self.key)
         return verdict
 
     # ------------------------------------------------------------------ followers
@@ -178,7 +181,7 @@ class Reachability:
         path = verdict_path(self.paths, self.attempt_id)
         while True:
             fresh.new_poll()
-            got = read_doc(fresh.file(path), ReachVerdictDoc, self.paths.run_id)
+            got = read_doc(fresh.file(path), ReachVerdictDoc, self.paths.run_id, self.key)
             if (isinstance(got, Valid) and got.doc.attempt_id == self.attempt_id
                     and got.doc.tokens.get(self.index) == token):
                 return got.doc

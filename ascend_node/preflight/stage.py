@@ -19,6 +19,7 @@ from ascend_node.identity import NodeIdentity
 from ascend_node.preflight.reach import Reachability, ReachResult, result_json
 from ascend_node.preflight.record import write_preflight
 from ascend_node.preflight.sample import describe_unreachable
+from ascend_node.rendezvous.seal import RendezvousKey
 from ascend_node.rendezvous.store import RunPaths
 
 log = logging.getLogger("ascend_node.preflight")
@@ -27,14 +28,14 @@ log = logging.getLogger("ascend_node.preflight")
 def check_reachability(
     state_dir: Path, policy: str, cluster: dict[str, Any], paths: RunPaths, attempt_id: str,
     identity: NodeIdentity, table: dict[str, Any], hccn_tool: str, ping_timeout: float,
-    started: float, poll: float,
+    started: float, poll: float, key: Optional[RendezvousKey] = None,
 ) -> Optional[ReachResult]:
     """Ping, gather, judge; ClusterInconsistent (exit 5) under `strict` when any sampled
     pair in the cluster is unreachable, a logged warning under `warn`."""
     if policy == "off" or identity.node_count < 2:
         return None
     result = Reachability(paths, attempt_id, identity, table, hccn_tool, ping_timeout,
-                          started, poll=min(poll, 0.1)).run()
+                          started, poll=min(poll, 0.1), key=key).run()
     doc = {**cluster, "reach": result_json(result, identity.master_count),
            "updated_at": time.time()}
     write_preflight(state_dir, doc)

@@ -15,10 +15,11 @@ that start late — and a container restart that changes nothing finds its table
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Optional, Union
+from typing import Any, Callable, Optional, Union
 
 from ascend_node.identity import node_name
 from ascend_node.netcheck import family
@@ -433,21 +434,140 @@ def verify_table_holds(outcome: OutcomeDoc, data: MemberData, master_count: int)
     """
     try:
         table = json.loads(outcome.ranktable_text)
+    except ValueError:
+        return "the table of the outcome cannot be read"
+    return entry_problem(table, data, master_count)
+
+
+def entry_problem(table: Any, data: MemberData, master_count: int) -> Optional[str]:
+    """What is wrong with `data`'s entry in a parsed table (None: it holds exactly it)."""
+    name = node_name(data.global_index, master_count)
+    try:
         servers = table["server_list"]
         if table.get("version") == "1.2":
             server = next(s for s in servers if s.get("container_ip") == data.pod_ip)
         else:
             server = servers[data.global_index]
-        ids = [(int(d["device_id"]), d["device_ip"]) for d in server["device"]]
+        ids = sorted((int(d["device_id"]), d["device_ip"],
+                      None if d.get("super_device_id") is None else int(d["super_device_id"]))
+                     for d in server["device"])
     except StopIteration:
-        return (f"the table has no entry for {node_name(data.global_index, master_count)} "
-                f"(container IP {data.pod_ip})")
-    except (ValueError, KeyError, IndexError, TypeError):
+        return f"the table has no entry for {name} (container IP {data.pod_ip})"
+    except (ValueError, KeyError, IndexError, TypeError, AttributeError):
         return "the table of the outcome cannot be read"
-    want = sorted((d.device_id, d.device_ip) for d in data.devices)
-    if server.get("container_ip") != data.pod_ip or ids != want:
-        return (
-            f"the table's entry for {node_name(data.global_index, master_count)} does not hold "
-            "this pod's container IP and devices"
-        )
+    want = sorted((d.device_id, d.device_ip, d.super_device_id) for d in data.devices)
+    if table.get("version") != "1.2":
+        ids = [(i, ip, None) for i, ip, _ in ids]
+        want = [(i, ip, None) for i, ip, _ in want]
+    if (server.get("container_ip") != data.pod_ip or ids != want
+            or server.get("server_id") not in (data.host_ip, data.pod_ip)):
+        return (f"the table's entry for {name} does not hold its container IP, server id "
+                "and devices")
     return None
+
+
+# ----------------------------------------------------------------------- forged outcomes
+#
+# Without a key, a follower cannot tell who wrote `outcome.json`; it can check that the
+# document is internally consistent and that the entries it can afford to compare hold
+# what those nodes published (their slots). A table that fails is not node 0's: exit 5
+# naming it, never a table other than the one node 0 built (docs/rendezvous.md, threat
+# model, for what this does and does not cover).
+
+CROSS_CHECK_SUCCESSORS = 2
+CROSS_CHECK_RANDOM = 4
+
+
+def cross_check_sample(index: int, node_count: int, rng: Callable[[int, int], int]
+                       ) -> list[int]:
+    """The peers (besides itself) whose entries a follower compares with their slots
+    when it accepts a table: node 0, its next `CROSS_CHECK_SUCCESSORS` nodes (so every
+    entry is checked by the nodes before it, whatever a forger expects), and
+    `CROSS_CHECK_RANDOM` more at random (so a forger cannot know who checks what).
+    Every peer when that is all of them. `rng(a, b)`: a random integer in [a, b]."""
+    others = [i for i in range(node_count) if i != index]
+    budget = 1 + CROSS_CHECK_SUCCESSORS + CROSS_CHECK_RANDOM
+    if len(others) <= budget:
+        return others
+    chosen = [0]
+    step = 1
+    while len(chosen) < 1 + CROSS_CHECK_SUCCESSORS:
+        nxt = (index + step) % node_count
+        step += 1
+        if nxt not in (0, index) and nxt not in chosen:
+            chosen.append(nxt)
+    while len(chosen) < budget:
+        pick = rng(1, node_count - 1)
+        if pick != index and pick not in chosen:
+            chosen.append(pick)
+    return chosen
+
+
+@dataclass(frozen=True)
+class Forged:
+    """The outcome cannot be node 0's: `index` names the node whose entry or slot
+    contradicts it (None: the document contradicts itself)."""
+
+    reason: str
+    index: Optional[int] = None
+
+
+def outcome_consistency(outcome: OutcomeDoc, node_count: int, master_count: int
+                        ) -> Optional[Forged]:
+    """What node 0's own writing guarantees, checked without reading anything else:
+    the sha256 of the text, one record per node in order, a table of `node_count`
+    servers whose rank ids run from 0 without a gap (so no entry can move ranks)."""
+    text = outcome.ranktable_text
+    if hashlib.sha256(text.encode()).hexdigest() != outcome.ranktable_sha256:
+        return Forged("its ranktable_sha256 does not match its table text")
+    if tuple(r.global_index for r in outcome.members) != tuple(range(node_count)):
+        return Forged(f"its member records are not nodes 0..{node_count - 1} in order")
+    try:
+        table = json.loads(text)
+        servers = table["server_list"]
+        ranks = [int(d["rank_id"]) for s in servers for d in s["device"]]
+        count = int(table["server_count"])
+    except (ValueError, KeyError, TypeError):
+        return Forged("its table cannot be read")
+    if count != node_count or len(servers) != node_count:
+        return Forged(f"its table lists {len(servers)} servers (server_count "
+                      f"{table.get('server_count')!r}), the job has {node_count}")
+    if ranks != list(range(len(ranks))):
+        return Forged("its table's rank ids do not run from 0 in server order")
+    return None
+
+
+def cross_check(outcome: OutcomeDoc, slots: Mapping[int, SlotState], master_count: int
+                ) -> Optional[Forged]:
+    """Compare the table with the slots read (index -> what the slot held).
+
+    A slot whose data has the record's digest must appear in the table exactly as
+    published; a slot holding other data is a re-created peer (`Follower` waits for a
+    new attempt), except node 0's: node 0 never rewrites its slot in a completed
+    attempt (a restarted node 0 opens a new one). A slot that no longer holds a member
+    document while the table lists it was removed or replaced after node 0 read it."""
+    try:
+        table = json.loads(outcome.ranktable_text)
+    except ValueError:
+        return Forged("its table cannot be read")
+    for index in sorted(slots):
+        state = slots[index]
+        name = node_name(index, master_count)
+        record = outcome.record_for(index)
+        if record is None:
+            return Forged(f"it has no record for {name}", index)
+        if not isinstance(state, MemberDoc):
+            what = "is missing" if state is None else (
+                state if isinstance(state, str) else f"holds a {state.kind} document")
+            return Forged(f"it lists {name}, whose slot {what}", index)
+        if state.data.digest() != record.digest:
+            if index == 0:
+                return Forged(f"its record for {name} is not the data node 0 published",
+                              index)
+            continue
+        problem = entry_problem(table, state.data, master_count)
+        if problem is not None:
+            return Forged(f"{problem}, as published in its slot", index)
+    return None
+
+

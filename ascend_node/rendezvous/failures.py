@@ -19,12 +19,14 @@ from ascend_node.rendezvous.models import (
     MemberDoc,
     OutcomeDoc,
 )
+from ascend_node.rendezvous.seal import RendezvousKey
 from ascend_node.rendezvous.store import RunPaths, Valid, read_doc, read_slot, write_doc
 
 
 def publish_failure(
     paths: RunPaths, identity: NodeIdentity, cause: str, wait: float,
     clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
+    key: Optional[RendezvousKey] = None,
 ) -> Optional[str]:
     """Tell the attempt that this node failed locally, so peers exit 5 instead of waiting.
 
@@ -37,16 +39,16 @@ def publish_failure(
     try:
         while True:
             fresh.new_poll()
-            got = read_doc(fresh.file(paths.attempt_file), AttemptDoc, paths.run_id)
+            got = read_doc(fresh.file(paths.attempt_file), AttemptDoc, paths.run_id, key)
             if isinstance(got, Valid) and got.doc.conflict is None:
                 aid = got.doc.attempt_id
-                out = read_doc(fresh.file(paths.outcome(aid)), OutcomeDoc, paths.run_id)
+                out = read_doc(fresh.file(paths.outcome(aid)), OutcomeDoc, paths.run_id, key)
                 if isinstance(out, Valid):
                     return None
                 write_doc(paths.slot(aid, identity.global_index), FailureDoc(
                     run_id=paths.run_id, attempt_id=aid, incarnation=identity.incarnation,
                     global_index=identity.global_index, cause=cause[:2000],
-                ), paths.shared_dir)
+                ), paths.shared_dir, key=key)
                 return aid
             if clock() >= end:
                 return None
@@ -58,6 +60,7 @@ def publish_failure(
 def node0_failure(
     paths: RunPaths, identity: NodeIdentity, cause: str,
     clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
+    key: Optional[RendezvousKey] = None,
 ) -> Optional[str]:
     """Node 0 failed before assembling: open an attempt and abort it with the cause.
 
@@ -73,14 +76,14 @@ def node0_failure(
             run_id=paths.run_id, attempt_id=attempt_id, opened_by=identity.incarnation,
             node_count=identity.node_count, master_count=identity.master_count,
             reason="node 0 failed locally", job_version=identity.job_version,
-        ), paths.shared_dir)
+        ), paths.shared_dir, key=key)
         participants = {identity.incarnation}
         end = clock() + ABORT_GRACE
         while True:
             fresh.new_poll()
             for index in range(1, identity.node_count):
                 got = read_slot(fresh.file(paths.slot(attempt_id, index)), paths.run_id,
-                                attempt_id)
+                                attempt_id, key)
                 if isinstance(got, Valid) and isinstance(got.doc, (MemberDoc, FailureDoc)):
                     participants.add(got.doc.incarnation)
             if len(participants) >= identity.node_count or clock() >= end:
@@ -91,7 +94,7 @@ def node0_failure(
             reason=f"{node_name(0, identity.master_count)} failed: {cause[:2000]}",
             nodes=(0,), participants=tuple(sorted(participants)),
             failed_by=identity.incarnation,
-        ), paths.shared_dir)
+        ), paths.shared_dir, key=key)
         return attempt_id
     except (SharedVolumeError, OSError):
         return None

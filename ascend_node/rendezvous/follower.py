@@ -8,17 +8,27 @@ glance: one open of the run directory, which node 0 changes whenever a follower 
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import random
 from typing import Optional
 
-from ascend_node.errors import ClusterInconsistent, PeerTimeout
+from ascend_node.errors import ClusterInconsistent, PeerTimeout, SharedVolumeError
 from ascend_node.rendezvous import cadence, decide
-from ascend_node.rendezvous.models import AttemptDoc, ConflictDoc, OutcomeDoc, ProgressDoc
+from ascend_node.rendezvous.models import (
+    AttemptDoc,
+    ConflictDoc,
+    MemberDoc,
+    OutcomeDoc,
+    ProgressDoc,
+)
 from ascend_node.rendezvous.participant import Participant, names_of, restart_hint
 from ascend_node.rendezvous.store import (
+    Invalid,
     Valid,
     check_real_dirs,
     check_writable,
+    create_doc,
     read_doc,
     volume_clock_ns,
     write_doc,
@@ -28,9 +38,14 @@ log = logging.getLogger("ascend_node.rendezvous")
 
 
 class Follower(Participant):
+    _traced: set[str]
+
     def run(self) -> OutcomeDoc:
+        self._traced = set()
         published_in: Optional[str] = None
         outdated_checked: dict[str, list[int]] = {}
+        acceptance_reads: dict[str, dict[int, decide.SlotState]] = {}
+        node0_seen: dict[str, decide.SlotState] = {}
         abort_checked: set[str] = set()
         checked_dirs: set[str] = set()
         writable_checked = False
@@ -50,7 +65,7 @@ class Follower(Participant):
             if not cadence.follower_looks(now, busy_since, last_look, changed,
                                           self.poll_interval):
                 if self._timed_out():
-                    raise self._timeout(action, attempt)
+                    raise self._timeout_error(self._timeout(action, attempt))
                 self._nap(cadence.follower_nap(now, busy_since, self.poll_interval))
                 continue
             last_look = now
@@ -85,12 +100,17 @@ class Follower(Participant):
             if isinstance(action, decide.Done) and attempt is not None:
                 if attempt.attempt_id not in outdated_checked:
                     # Once per attempt (O(N), not per poll): has a peer been re-created
-                    # with new data? Then this table is about to be replaced.
+                    # with new data? Then this table is about to be replaced. The same
+                    # reads (plus the sample `decide.cross_check_sample` asks for, and
+                    # node 0's slot as read before this pod published) are what the
+                    # table is cross-checked with.
+                    reads = self._cross_check_reads(attempt.attempt_id, node0_seen)
+                    acceptance_reads[attempt.attempt_id] = reads
                     outdated_checked[attempt.attempt_id] = self._outdated_slots(
-                        attempt.attempt_id, action.outcome)
+                        attempt.attempt_id, action.outcome, reads)
                 outdated = outdated_checked[attempt.attempt_id]
                 if not outdated:
-                    return self._accept(action.outcome)
+                    return self._accept(action.outcome, acceptance_reads[attempt.attempt_id])
                 action = decide.WaitAttempt(
                     f"attempt {attempt.attempt_id}'s table no longer matches "
                     f"{names_of(outdated, self.identity.master_count)} (re-created with new "
@@ -102,6 +122,13 @@ class Follower(Participant):
             if isinstance(action, decide.Conflict):
                 self._declare_conflict(action)
             if isinstance(action, decide.Publish):
+                if action.attempt_id not in node0_seen:
+                    # Node 0's slot, read once while node 0 cannot have completed (it
+                    # waits for this pod's slot) and will read its own slot again: a
+                    # forger that later rewrites node 0's slot and entry is caught.
+                    node0_slot = self._slot_state(action.attempt_id, 0)
+                    if isinstance(node0_slot, MemberDoc):
+                        node0_seen[action.attempt_id] = node0_slot
                 self._publish(action.attempt_id, slot)
                 published_in = action.attempt_id
                 busy_since = self.clock()
@@ -129,8 +156,37 @@ class Follower(Participant):
                 last_log = now
                 log.info("%s", self._waiting_line(action, attempt))
             if self._timed_out():
-                raise self._timeout(action, attempt)
+                raise self._timeout_error(self._timeout(action, attempt))
             self._nap(cadence.follower_nap(now, busy_since, self.poll_interval))
+
+    def _on_key_mismatch(self, got: Invalid) -> None:
+        """Node 0's attempt is signed with a key this pod lacks, with another key, or
+        not signed while this pod has a key: publish this pod's member document into
+        that attempt anyway (signed with this pod's key, if any), once, into an empty
+        slot. Node 0 then names this pod's slot (not signed, or signed with another key
+        id) instead of only calling the pod missing — and a node 0 without a key exits 5
+        at once on a signed slot. Harmless when the attempt document was a forger's: it
+        is the document this pod publishes into the real attempt anyway."""
+        if not isinstance(got.doc, AttemptDoc) or got.doc.conflict is not None:
+            return
+        aid = got.doc.attempt_id
+        if aid in self._traced:
+            return
+        self._traced.add(aid)
+        with contextlib.suppress(SharedVolumeError, OSError, ClusterInconsistent):
+            create_doc(self.paths.slot(aid, self.index), self._member_doc(aid),
+                       self.paths.shared_dir, key=self.key)
+
+    def _cross_check_reads(self, attempt_id: str, node0_seen: dict[str, decide.SlotState]
+                           ) -> dict[int, decide.SlotState]:
+        reads: dict[int, decide.SlotState] = {}
+        if attempt_id in node0_seen:
+            reads[0] = node0_seen[attempt_id]
+        for index in decide.cross_check_sample(self.index, self.identity.node_count,
+                                               random.randint):
+            if index not in reads:
+                reads[index] = self._slot_state(attempt_id, index)
+        return reads
 
     def _fail_if_aborted_after_start(self, attempt_id: str, action: decide.WaitAttempt) -> None:
         """An abort this pod took no part in is history (a previous start of the job)
@@ -166,7 +222,8 @@ class Follower(Participant):
             global_index=self.index,
             incarnations=tuple(sorted({self.identity.incarnation, action.other})),
         )
-        write_doc(self.paths.slot(action.attempt_id, self.index), doc, self.paths.shared_dir)
+        write_doc(self.paths.slot(action.attempt_id, self.index), doc, self.paths.shared_dir,
+                  key=self.key)
         raise ClusterInconsistent(
             f"two live pods claim {self.name(self.index)}: this pod "
             f"({self.identity.incarnation}) and {action.other}",
@@ -183,7 +240,7 @@ class Follower(Participant):
             return f"waiting for {self.name(0)} to open the rendezvous"
         aid = attempt.attempt_id
         got = read_doc(self.fresh.file(self.paths.progress(aid)), ProgressDoc,
-                       self.paths.run_id)
+                       self.paths.run_id, self.key)
         others = ([i for i in got.doc.missing if i != self.index]
                   if isinstance(got, Valid) and got.doc.attempt_id == aid else [])
         if others:

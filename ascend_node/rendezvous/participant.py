@@ -12,10 +12,11 @@ import random
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Optional
 
 from ascend_node import __version__
-from ascend_node.errors import ClusterInconsistent
+from ascend_node.errors import ClusterInconsistent, PeerTimeout
 from ascend_node.identity import NodeIdentity, node_name
 from ascend_node.ranktable import DeviceEntry, ServerEntry
 from ascend_node.rendezvous import decide
@@ -27,6 +28,7 @@ from ascend_node.rendezvous.models import (
     MemberDoc,
     OutcomeDoc,
 )
+from ascend_node.rendezvous.seal import KEY_ENV, RendezvousKey
 from ascend_node.rendezvous.store import (
     Invalid,
     RunPaths,
@@ -60,8 +62,12 @@ class Participant:
     preflight: str = "off"  # what node 0 does with the health facts: strict|warn|off
     clock: Callable[[], float] = time.monotonic
     sleep: Callable[[float], None] = time.sleep
+    key: Optional[RendezvousKey] = None  # the job's rendezvous key (`seal`), if any
     _warned: set[str] = field(default_factory=set)
     fresh: Freshness = field(init=False)
+    unauthenticated: dict[Path, Invalid] = field(init=False, default_factory=dict)
+    """Documents that failed authentication, by path (the last failure of each): a
+    timeout names them, so a forger or a key mismatch is never a silent wait."""
 
     def __post_init__(self) -> None:
         self.fresh = Freshness(self.paths.shared_dir, self.clock)
@@ -87,6 +93,52 @@ class Participant:
         if text not in self._warned:
             self._warned.add(text)
             log.warning("ignoring %s", text)
+
+    def _reject(self, got: Invalid) -> None:
+        """Report a document that is not trusted (once), and remember an authentication
+        failure. A pod without a key that meets a signed document stops at once (5): in
+        a job without a key nothing is signed, so the document comes from a pod given a
+        key this one lacks (or from a foreign writer), and waiting cannot help. A pod
+        with a key only ignores what fails: a forger adding documents must not stop the
+        job (`unauthenticated_note` names them if the job times out)."""
+        self._warn_once(got.describe())
+        if got.auth is None:
+            return
+        self.unauthenticated[got.path] = got
+        if got.auth.mismatch:
+            self._on_key_mismatch(got)
+        if got.auth.kind == "no-key":
+            raise KeyMismatch(
+                f"{got.describe()}: pods of this job disagree on the rendezvous key "
+                f"({KEY_ENV}), or a foreign writer signs documents on the shared volume",
+                "give every pod of the job the same key (one Secret), or none; exit 5 is "
+                "not retryable",
+            )
+
+    def _on_key_mismatch(self, got: Invalid) -> None:
+        """Before exiting 5 for a signed document: leave a trace the keyed pods can name."""
+
+    def unauthenticated_note(self) -> str:
+        """`; ignored as unauthenticated: <path>: <reason>, ...` for timeout messages."""
+        if not self.unauthenticated:
+            return ""
+        shown = [got.describe() for got in list(self.unauthenticated.values())[-4:]]
+        more = len(self.unauthenticated) - len(shown)
+        return ("; ignored as unauthenticated: " + "; ".join(shown)
+                + (f" and {more} more" if more > 0 else ""))
+
+    def _timeout_error(self, error: Exception) -> Exception:
+        """A timeout while documents failed authentication is not retryable: pods with
+        different keys (or a writer forging documents) will not agree on a second try.
+        Exit 5 naming them, instead of 4."""
+        if not self.unauthenticated or not isinstance(error, PeerTimeout):
+            return error
+        return ClusterInconsistent(
+            f"{error.cause}{self.unauthenticated_note()}",
+            "give every pod of the job the same rendezvous key (one Secret); if they "
+            "have it, something else writes the run's directory on the shared volume "
+            "(see docs/rendezvous.md, threat model); exit 5 is not retryable",
+        )
 
     def _nap(self, interval: Optional[float] = None) -> None:
         """Sleep `interval` (default: the poll interval) +-20 %: pods started together
@@ -122,14 +174,16 @@ class Participant:
         `contested`, which makes node 0 wait a poll for the other pod to object."""
         path = self.paths.slot(attempt_id, self.index)
         if found is None:
-            created = create_doc(path, self._member_doc(attempt_id), self.paths.shared_dir)
+            created = create_doc(path, self._member_doc(attempt_id), self.paths.shared_dir,
+                                 key=self.key)
             if created == "created":
                 log.info("published %s into attempt %s", self.name(self.index), attempt_id)
                 return
             if created == "exists":
                 found = self._slot_state(attempt_id, self.index)
         contested = found is not None and not self._is_mine(found)
-        write_doc(path, self._member_doc(attempt_id, contested), self.paths.shared_dir)
+        write_doc(path, self._member_doc(attempt_id, contested), self.paths.shared_dir,
+                  key=self.key)
         log.info("published %s into attempt %s%s", self.name(self.index), attempt_id,
                  " (the slot held another pod's document)" if contested else "")
 
@@ -140,18 +194,19 @@ class Participant:
     # ------------------------------------------------------------------ reading
 
     def _read_attempt(self) -> Optional[AttemptDoc]:
-        got = read_doc(self.fresh.file(self.paths.attempt_file), AttemptDoc, self.paths.run_id)
+        got = read_doc(self.fresh.file(self.paths.attempt_file), AttemptDoc, self.paths.run_id,
+                       self.key)
         if isinstance(got, Invalid):
-            self._warn_once(got.describe())
+            self._reject(got)
             return None
         return got.doc if isinstance(got, Valid) else None
 
     def _read_outcome_valid(self, attempt_id: str) -> Optional[Valid[OutcomeDoc]]:
         """The attempt's verdict with the stamp it was read with (mtime by the volume's clock)."""
         got = read_doc(self.fresh.file(self.paths.outcome(attempt_id)), OutcomeDoc,
-                       self.paths.run_id)
+                       self.paths.run_id, self.key)
         if isinstance(got, Invalid):
-            self._warn_once(got.describe())
+            self._reject(got)
             return None
         if isinstance(got, Valid) and got.doc.attempt_id == attempt_id:
             return got
@@ -163,19 +218,30 @@ class Participant:
 
     def _slot_state(self, attempt_id: str, index: int) -> decide.SlotState:
         got = read_slot(self.fresh.file(self.paths.slot(attempt_id, index)),
-                        self.paths.run_id, attempt_id)
+                        self.paths.run_id, attempt_id, self.key)
         if isinstance(got, Invalid):
+            if got.auth is not None:
+                self._reject(got)
             return got.reason
         return got.doc if isinstance(got, Valid) else None
 
-    def _outdated_slots(self, attempt_id: str, outcome: OutcomeDoc) -> list[int]:
+    def _read_slots(self, attempt_id: str, indices: Sequence[int]
+                    ) -> dict[int, decide.SlotState]:
+        return {i: self._slot_state(attempt_id, i) for i in indices}
+
+    def _outdated_slots(self, attempt_id: str, outcome: OutcomeDoc,
+                        states: Optional[dict[int, decide.SlotState]] = None) -> list[int]:
         """Peers whose slot now holds other data than the table: re-created pods asking
-        for a new table. O(N) reads, so callers do it once per attempt, not per poll."""
+        for a new table. O(N) reads, so callers do it once per attempt, not per poll.
+        `states`: slots already read (the rest are read here and added to it)."""
+        states = {} if states is None else states
         out = []
         for record in outcome.members:
-            if record.global_index == 0:
+            if record.global_index in (0, self.index):
                 continue
-            state = self._slot_state(attempt_id, record.global_index)
+            if record.global_index not in states:
+                states[record.global_index] = self._slot_state(attempt_id, record.global_index)
+            state = states[record.global_index]
             if isinstance(state, MemberDoc) and state.data.digest() != record.digest:
                 out.append(record.global_index)
         return out
@@ -186,11 +252,35 @@ class Participant:
         return [index for index in range(self.identity.node_count)
                 if not isinstance(self._slot_state(attempt_id, index), MemberDoc)]
 
-    def _accept(self, outcome: OutcomeDoc) -> OutcomeDoc:
+    def _accept(self, outcome: OutcomeDoc,
+                checked: Optional[dict[int, decide.SlotState]] = None) -> OutcomeDoc:
+        """Use `outcome` only if it holds this pod's entry and, when `checked` (slots
+        read: index -> state) is given, is consistent in itself and with those slots:
+        else it is not the table node 0 built (exit 5 naming the document)."""
         problem = decide.verify_table_holds(outcome, self.data, self.identity.master_count)
         if problem is not None:
             raise ClusterInconsistent(problem, restart_hint(self.paths))
+        if checked is None:
+            return outcome
+        forged = (decide.outcome_consistency(outcome, self.identity.node_count,
+                                             self.identity.master_count)
+                  or decide.cross_check(outcome, checked, self.identity.master_count))
+        if forged is not None:
+            path = self.paths.outcome(outcome.attempt_id)
+            slot = ("" if forged.index is None else
+                    f" ({self.paths.slot(outcome.attempt_id, forged.index)})")
+            raise ClusterInconsistent(
+                f"{path} is not the table node 0 built: {forged.reason}{slot}; a document "
+                "node 0 did not write (another writer on the shared volume?)",
+                "find what else writes the run's directory; give the job a rendezvous key "
+                f"({KEY_ENV}, docs/rendezvous.md); restart the whole job; exit 5 is not "
+                "retryable",
+            )
         return outcome
+
+
+class KeyMismatch(ClusterInconsistent):
+    """A pod without a key met a signed document (exit 5)."""
 
 
 def to_server(data: MemberData) -> ServerEntry:

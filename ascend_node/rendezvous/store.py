@@ -42,6 +42,7 @@ from ascend_node.rendezvous.models import (
     MemberDoc,
     SlotDoc,
 )
+from ascend_node.rendezvous.seal import AUTH, AuthProblem, RendezvousKey, seal, unseal, where_of
 
 MAX_DOC_BYTES = 64 * 1024 * 1024
 T = TypeVar("T", bound=BaseModel)
@@ -56,6 +57,8 @@ class Missing:
 class Invalid:
     path: Path
     reason: str
+    auth: Optional[AuthProblem] = None  # set when the document failed authentication
+    doc: Any = None  # with `auth`: the well-formed document that failed it (not trusted)
 
     def describe(self) -> str:
         return f"{self.path}: {self.reason}"
@@ -178,11 +181,16 @@ def _first_error(exc: ValidationError) -> Any:
 
 
 def _read(path: Path, validate_json: Callable[[bytes], Any], run_id: str,
-          attempt_id: Optional[str] = None) -> Read[Any]:
+          attempt_id: Optional[str] = None, key: Optional[RendezvousKey] = None
+          ) -> Read[Any]:
     stamp = _stamp(path)
     raw = read_bytes_nofollow(path)
     if isinstance(raw, (Missing, Invalid)):
         return raw
+    problem: Optional[AuthProblem] = None
+    if key is not None or AUTH.encode() in raw:
+        # Only signed documents (or a pod holding a key) pay for the second parse.
+        raw, problem = _unsealed(path, raw, key)
     doc = _validate(path, raw, validate_json)
     if isinstance(doc, Invalid):
         return doc
@@ -190,17 +198,38 @@ def _read(path: Path, validate_json: Callable[[bytes], Any], run_id: str,
         return Invalid(path, f"belongs to run {doc.run_id!r}, not {run_id!r}")
     if attempt_id is not None and doc.attempt_id != attempt_id:
         return Invalid(path, f"belongs to attempt {doc.attempt_id!r}, not {attempt_id!r}")
+    if problem is not None:
+        # Reported after the shape checks, so a torn or foreign-shaped file is named as
+        # such; a well-formed document that fails here is a forgery or a key mismatch.
+        return Invalid(path, problem.reason, problem, doc)
     return Valid(path, doc, stamp)
 
 
-def read_doc(path: Path, model: type[T], run_id: str) -> Read[T]:
-    """Read and validate one document; anything unexpected is Invalid with the reason."""
-    return _read(path, model.model_validate_json, run_id)
+def _unsealed(path: Path, raw: bytes, key: Optional[RendezvousKey]
+              ) -> tuple[bytes, Optional[AuthProblem]]:
+    """The document's bytes without its `auth` member, and what failed about it."""
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return raw, None  # `_validate` says why, in its words
+    if not isinstance(data, dict):
+        return raw, None
+    problem = unseal(data, key, where_of(path))
+    return json.dumps(data, separators=(",", ":")).encode(), problem
 
 
-def read_slot(path: Path, run_id: str, attempt_id: str) -> Read[SlotAny]:
+def read_doc(path: Path, model: type[T], run_id: str, key: Optional[RendezvousKey] = None
+             ) -> Read[T]:
+    """Read and validate one document; anything unexpected is Invalid with the reason.
+    With `key`, an unsigned or wrongly signed document is Invalid too (`seal`); without,
+    a signed one is (it comes from a pod holding a key this one lacks)."""
+    return _read(path, model.model_validate_json, run_id, None, key)
+
+
+def read_slot(path: Path, run_id: str, attempt_id: str, key: Optional[RendezvousKey] = None
+              ) -> Read[SlotAny]:
     """A node's slot: a member, failure or conflict document of this attempt."""
-    return _read(path, _slot_validator(), run_id, attempt_id)
+    return _read(path, _slot_validator(), run_id, attempt_id, key)
 
 
 def ensure_dir(path: Path, trusted_root: Path) -> None:
@@ -304,11 +333,13 @@ def _pseudo_error(mount: Mount, path: Path, action: str, exc: Optional[OSError]
     )
 
 
-def write_doc(path: Path, doc: BaseModel, trusted_root: Path, mode: int = 0o644) -> None:
-    """Atomically publish one document (the caller is its only writer)."""
+def write_doc(path: Path, doc: BaseModel, trusted_root: Path, mode: int = 0o644,
+              key: Optional[RendezvousKey] = None) -> None:
+    """Atomically publish one document (the caller is its only writer), signed with
+    `key` when there is one."""
     ensure_dir(path.parent, trusted_root)
     try:
-        atomic_write_bytes(path, _encode(doc), mode=mode)
+        atomic_write_bytes(path, encode(doc, path, key), mode=mode)
     except OSError as exc:
         raise volume_error(exc, path, "write") from exc
 
@@ -320,13 +351,14 @@ Created = Literal["created", "exists", "unsupported"]
 _NO_LINKS = {errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.ENOSYS}
 
 
-def create_doc(path: Path, doc: BaseModel, trusted_root: Path, mode: int = 0o644) -> Created:
+def create_doc(path: Path, doc: BaseModel, trusted_root: Path, mode: int = 0o644,
+               key: Optional[RendezvousKey] = None) -> Created:
     """Publish `doc` only if nothing is at `path` yet, atomically (a complete file is
     hard-linked to the name): "created", "exists" (nothing written), or "unsupported"
     when the filesystem has no hard links (nothing written)."""
     ensure_dir(path.parent, trusted_root)
     try:
-        atomic_write_bytes(path, _encode(doc), mode=mode, exclusive=True)
+        atomic_write_bytes(path, encode(doc, path, key), mode=mode, exclusive=True)
     except FileExistsError:
         return "exists"
     except OSError as exc:
@@ -336,8 +368,10 @@ def create_doc(path: Path, doc: BaseModel, trusted_root: Path, mode: int = 0o644
     return "created"
 
 
-def _encode(doc: BaseModel) -> bytes:
-    return (json.dumps(doc.model_dump(mode="json"), separators=(",", ":")) + "\n").encode()
+def encode(doc: BaseModel, path: Path, key: Optional[RendezvousKey] = None) -> bytes:
+    """The bytes `write_doc` puts at `path`: compact JSON, with `auth` under a key."""
+    payload = seal(doc.model_dump(mode="json"), key, where_of(path))
+    return (json.dumps(payload, separators=(",", ":")) + "\n").encode()
 
 
 def volume_clock_ns(directory: Path) -> Optional[int]:
