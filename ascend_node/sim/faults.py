@@ -11,12 +11,21 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from ascend_node.errors import UsageError
 
 if TYPE_CHECKING:
-    from ascend_node.sim.cluster import SimNode
+    from ascend_node.sim.fake_tools import FakeDevice
+
+
+class SimNode(Protocol):
+    """What breaking a device needs of a simulated node (`cluster.SimNode` has it); a
+    protocol, so that this module never imports the cluster that imports it."""
+
+    index: int
+    devices: list[FakeDevice]
+    unreachable: set[str]
 
 
 @dataclass(frozen=True)
