@@ -1,6 +1,6 @@
 """The chain, step by step (docs/design.md "The chain"): each step a function the CLI calls.
 
-Kept apart from `cli.py` so the chain can be driven (and tested) without a command
+Kept apart from the command line (`cli/`) so the chain can be driven (and tested) without a command
 line, and so commands stay thin. Steps 1-5 come from a `TableSource`: the shared-volume
 rendezvous here (`VolumeSource`), or MindCluster's hccl.json (`mindcluster_chain`,
 imported only when chosen). The shapes they share live in `tablesource`, so no source

@@ -3,7 +3,7 @@
 Every failure a user can cause or meet ends as one of these. The CLI maps them to
 a one-line cause plus a hint on stderr and the exit code of the contract (see
 docs/design.md, "Exit codes"), which Volcano job policies act on: 4 is retryable
-(RestartJob), 5 is not (AbortJob). Domain code raises; only `cli.py` exits.
+(RestartJob), 5 is not (AbortJob). Domain code raises; only the command line (`cli/app.py`) exits.
 """
 
 from __future__ import annotations

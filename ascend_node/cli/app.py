@@ -1,0 +1,151 @@
+"""The typer app and the one place where errors become exit codes.
+
+Results go to stdout (`--json` documents carry `schema_version`); logs and errors go to
+stderr. An error is one line naming the value at fault plus a hint, and the contract's
+exit code; a traceback only with `--debug` or `ASCEND_NODE_DEBUG=1`. The commands live in
+`pod_cmds` (what a pod runs), `job_cmds` (what an operator runs against a job) and
+`offline_cmds` (what needs no job at all); each resolves its settings, calls one domain
+function and prints.
+
+No `from __future__ import annotations` in this package: the typer release that still
+supports Python 3.9 reads option metadata from evaluated `Annotated` hints only.
+"""
+
+
+import json
+import os
+import signal
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Annotated, Any, Callable, Optional
+
+import typer
+
+from ascend_node import __version__
+from ascend_node.errors import AscendNodeError, Terminated
+
+STARTED = time.monotonic()
+JSON_SCHEMA_VERSION = 1
+
+app = typer.Typer(
+    name="ascend-node",
+    help="Bootstrap agent for multi-node Huawei Ascend NPU jobs: discovers NPUs, meets peers "
+    "on a shared volume to build the HCCL rank table, and hands over to MindIE or a "
+    "training launcher.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # plain help: rich costs ~100 ms of start-up (issue 13)
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        print(__version__)
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version_flag: Annotated[bool, typer.Option(
+        "--version", help="Print the agent's version and exit", is_eager=True,
+        callback=_print_version)] = False,
+) -> None:
+    # The flag people type first; the `version` command stays for scripts that use it.
+    pass
+
+
+def debug_on(flag: bool) -> bool:
+    return flag or os.environ.get("ASCEND_NODE_DEBUG", "") in ("1", "true", "yes")
+
+
+def report_error(exc: BaseException, debug: bool) -> int:
+    if isinstance(exc, AscendNodeError):
+        code = exc.exit_code
+        text = f"ascend-node: error: {exc.cause}"
+        if exc.hint:
+            text += f"\n  hint: {exc.hint}"
+    else:
+        code = 1
+        text = (f"ascend-node: internal error: {exc.__class__.__name__}: {exc}\n"
+                "  hint: rerun with --debug and report the traceback")
+    if debug:
+        import traceback
+
+        traceback.print_exception(type(exc), exc, exc.__traceback__, file=sys.stderr)
+    sys.stderr.flush()
+    print(text, file=sys.stderr, flush=True)
+    return code
+
+
+@contextmanager
+def exit_codes(debug: bool, on_failure: Optional[Callable[[BaseException, int], None]] = None
+            ) -> Iterator[None]:
+    try:
+        yield
+        _flush_stdout()
+    except typer.Exit:
+        _flush_stdout()
+        raise
+    except BrokenPipeError:
+        _closed_stdout()
+    except Exception as exc:  # every failure ends as one line + exit code, never a traceback
+        code = report_error(exc, debug)
+        if on_failure is not None:
+            on_failure(exc, code)
+        raise typer.Exit(code) from None
+
+
+CLOSED_PIPE_EXIT = 128 + signal.SIGPIPE
+"""141: what a shell reports for `cat` when the reader of its output went away."""
+
+
+def _closed_stdout() -> None:
+    """The reader of stdout went away (`ascend-node simulate --json | head -2`): end
+    quietly, as `cat` does, with no message and no traceback. Later writes (and the
+    flush at exit) go to /dev/null instead of failing again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
+    raise typer.Exit(CLOSED_PIPE_EXIT)
+
+
+def _flush_stdout() -> None:
+    """Flush while a closed pipe can still end the command quietly (at exit, Python
+    would report it as an exception it ignored)."""
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _closed_stdout()
+
+
+def on_sigterm(signum: int, frame: Any) -> None:
+    raise Terminated(f"terminated by signal {signum} while waiting",
+                     "the pod is being stopped; nothing was left half-written")
+
+
+def settings_from(verbose: bool, **flags: Any) -> Any:
+    from ascend_node.settings import describe_sources, resolve_settings
+
+    settings = resolve_settings(flags, os.environ)
+    if verbose:
+        for line in describe_sources(settings):
+            print(f"ascend-node: setting {line}", file=sys.stderr)
+    return settings
+
+
+def option_flags(values: dict[str, Any]) -> dict[str, Any]:
+    """The contract's options among a command's parameters (None = not given)."""
+    from ascend_node.settings import OPTIONS
+
+    return {opt.name: values[opt.name] for opt in OPTIONS if opt.name in values}
+
+
+def emit(doc: dict[str, Any]) -> None:
+    print(json.dumps({"schema_version": JSON_SCHEMA_VERSION, **doc}, indent=2))

@@ -1,0 +1,150 @@
+"""Commands an operator runs against a job: `validate`, `doctor`, `report`, `clean`.
+
+No `from __future__ import annotations` here (see `app`).
+"""
+
+import os
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from ascend_node import logs
+from ascend_node.cli.app import app, debug_on, emit, exit_codes, option_flags, settings_from
+from ascend_node.cli.options import (
+    Debug,
+    Devices,
+    HcclJson,
+    HccnTool,
+    Json,
+    RendezvousKeyFile,
+    RunId,
+    SharedDir,
+    StateDir,
+    TableSource,
+    TableVersion,
+    Verbose,
+)
+
+
+@app.command()
+def validate(
+    file: Annotated[Path, typer.Argument(help="Rank table JSON file", metavar="FILE",
+                                         show_default=False)],
+    target: Annotated[str, typer.Option(
+        "--for", help="Rules to apply: mindie (HCCL + MindIE) or hccl")] = "mindie",
+    owner_uid: Annotated[Optional[int], typer.Option(
+        "--owner-uid", help="Also require this file owner (MindIE requires the server's uid)",
+        show_default=False)] = None,
+    json_out: Json = False, debug: Debug = False,
+) -> None:
+    """Lint a rank table against HCCL and MindIE rules; list every problem (exit 1 if any)."""
+    with exit_codes(debug_on(debug)):
+        from ascend_node.errors import UsageError
+        from ascend_node.ranktable import validate_file
+
+        if target not in ("mindie", "hccl"):
+            raise UsageError(f"--for {target!r} is not one of mindie, hccl",
+                             "use --for mindie (default) or --for hccl")
+        problems = validate_file(file, target, check_owner_uid=owner_uid)  # type: ignore[arg-type]
+        if json_out:
+            emit({"file": str(file), "target": target, "valid": not problems,
+                   "problems": [{"path": p.path, "message": p.message} for p in problems]})
+        elif problems:
+            for p in problems:
+                print(f"{file}: {p.path}: {p.message}")
+            print(f"{len(problems)} problem(s) for {target}", file=sys.stderr)
+        else:
+            print(f"{file}: valid for {target}")
+        if problems:
+            raise typer.Exit(1)
+
+
+@app.command()
+def doctor(
+    peers: Annotated[bool, typer.Option("--peers", help="Also compare with the run's peers "
+                                        "through the shared volume, and ping their devices")
+                     ] = False,
+    peer_wait: Annotated[float, typer.Option(
+        "--peer-wait", help="Seconds to wait for peers' facts")] = 10.0,
+    shared_dir: SharedDir = None, run_id: RunId = None, state_dir: StateDir = None,
+    devices: Devices = None, hccn_tool: HccnTool = None, table_version: TableVersion = None,
+    table_source: TableSource = None, hccl_json: HcclJson = None,
+    rendezvous_key_file: RendezvousKeyFile = None,
+    json_out: Json = False, verbose: Verbose = False, debug: Debug = False,
+) -> None:
+    """Read-only health checks of this node and, with --peers, of the cluster.
+
+    Exit 0 healthy, 3 degraded (warnings), 1 failed.
+    """
+    logs.setup(verbose, debug_on(debug))
+    with exit_codes(debug_on(debug)):
+        from ascend_node.doctor import run_doctor
+
+        settings = settings_from(verbose, **option_flags(locals()))
+        report = run_doctor(settings, os.environ, peers=peers, peer_wait=peer_wait)
+        if json_out:
+            emit(report.to_json())
+        else:
+            print(report.format_text())
+        raise typer.Exit(report.exit_code)
+
+
+@app.command()
+def report(
+    shared_dir: SharedDir = None, run_id: RunId = None,
+    attempt: Annotated[Optional[str], typer.Option(
+        "--attempt", help="Attempt to draw (default: the current one)", show_default=False)
+    ] = None,
+    html: Annotated[Optional[Path], typer.Option(
+        "--html", help="Also write the timeline as a self-contained HTML page to FILE",
+        show_default=False)] = None,
+    width: Annotated[int, typer.Option("--width", min=20, max=400,
+                                       help="Time cells of the text timeline")] = 60,
+    json_out: Json = False, debug: Debug = False,
+) -> None:
+    """Every node's start on one time axis: who arrived last and why (read-only)."""
+    with exit_codes(debug_on(debug)):
+        from ascend_node.bootstrap import require_rendezvous_settings
+        from ascend_node.report.cli import run_report
+
+        settings = settings_from(False, shared_dir=shared_dir, run_id=run_id)
+        shared, rid = require_rendezvous_settings(settings)
+        doc, text = run_report(shared, rid, attempt, html, width)
+        if json_out:
+            emit(doc)
+        else:
+            print(text)
+
+
+@app.command()
+def clean(
+    shared_dir: SharedDir = None, run_id: RunId = None,
+    yes: Annotated[bool, typer.Option(
+        "--yes", "-y", help="Remove without asking (needed when stdin is not a terminal)")
+    ] = False,
+    debug: Debug = False,
+) -> None:
+    """Remove this run's rendezvous state (and shared table) from the shared volume.
+
+    Asks on a terminal; without one it removes nothing unless given --yes (exit 2).
+    """
+    with exit_codes(debug_on(debug)):
+        from ascend_node.bootstrap import require_rendezvous_settings
+        from ascend_node.errors import UsageError
+        from ascend_node.rendezvous.cleanup import clean_run
+
+        settings = settings_from(False, shared_dir=shared_dir, run_id=run_id)
+        shared, rid = require_rendezvous_settings(settings)
+        if not yes:
+            if not sys.stdin.isatty():
+                raise UsageError(
+                    f"clean would remove run {rid!r} state from {shared}, and there is no "
+                    "terminal to ask: nothing removed",
+                    "pass --yes to remove it without asking")
+            if not typer.confirm(f"remove run {rid!r} state from {shared}?"):
+                print("ascend-node: nothing removed", file=sys.stderr)
+                raise typer.Exit(1)
+        for line in clean_run(shared, rid):
+            print(line)

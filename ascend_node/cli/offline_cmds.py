@@ -1,0 +1,192 @@
+"""Commands that need no job: `simulate`, `manifest`, `version`.
+
+No `from __future__ import annotations` here (see `app`).
+"""
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+
+from ascend_node import __version__, logs
+from ascend_node.cli.app import app, debug_on, emit, exit_codes
+from ascend_node.cli.options import (
+    Debug,
+    Json,
+)
+
+
+@app.command()
+def simulate(
+    nodes: Annotated[int, typer.Option("--nodes", min=1, max=1024,
+                                       help="Number of simulated pods")] = 2,
+    devices: Annotated[Optional[int], typer.Option(
+        "--devices", min=1, max=16, help="NPUs per simulated pod (8; 16 with --a3)",
+        show_default=False)] = None,
+    a3: Annotated[bool, typer.Option(
+        "--a3", help="Atlas A3 SuperPoD nodes: npu-smi answers spod-info, the table is v1.2"
+    )] = False,
+    super_pod_size: Annotated[int, typer.Option(
+        "--super-pod-size", min=0, help="With --a3: nodes per super pod (0: all in one)")] = 0,
+    shared_dir: Annotated[Optional[Path], typer.Option(
+        "--shared-dir", help="Shared directory to meet on (default: one in the workspace)",
+        show_default=False)] = None,
+    masters: Annotated[int, typer.Option("--masters", min=0,
+                                         help="How many pods are masters")] = 1,
+    timeout: Annotated[float, typer.Option(
+        "--timeout", help="Seconds each node waits for its peers")] = 60.0,
+    tool_delay: Annotated[float, typer.Option(
+        "--tool-delay", help="Seconds each fake hccn_tool call takes")] = 0.0,
+    run_id: Annotated[str, typer.Option("--run-id", help="Run id of the simulated job")
+                      ] = "sim",
+    boot_chain: Annotated[bool, typer.Option(
+        "--boot", help="Run the whole boot chain (pre-flight pings, set_env, MindIE config, "
+        "exec) into a fake MindIE daemon")] = False,
+    absent: Annotated[Optional[str], typer.Option(
+        "--absent", help="Nodes that never start, e.g. 2 or 1,3 or 1-3: the others end with "
+        "exit 4 naming them", show_default=False)] = None,
+    bad_device: Annotated[Optional[list[str]], typer.Option(
+        "--bad-device", help="NODE:DEV:KIND, repeatable: device DEV of node NODE answers "
+        "like a broken one; KIND: no-ip, dup-ip, link-down, tls-on, net-fault, tool-fails, "
+        "unreachable (with --boot)", show_default=False)] = None,
+    keep: Annotated[Optional[bool], typer.Option(
+        "--keep/--no-keep", help="Keep the workspace (node logs, state dirs) / remove it; "
+        "default: kept only when a node failed", show_default=False)] = None,
+    table_out: Annotated[Optional[Path], typer.Option(
+        "--table-out", help="Also write the rank table to this file", show_default=False)
+    ] = None,
+    timeline: Annotated[bool, typer.Option(
+        "--report", help="Then draw every node's start on one time axis (as "
+        "`ascend-node report` does)")] = False,
+    json_out: Json = False, debug: Debug = False,
+) -> None:
+    """Run the real agent as N local processes with fake NPUs; one line per server.
+
+    Exit: 0 when every node holds the same table, else the worst node's exit.
+    """
+    logs.setup(False, debug_on(debug))
+    with exit_codes(debug_on(debug)):
+        from ascend_node.sim.cluster import write_table
+        from ascend_node.sim.options import build_spec
+        from ascend_node.sim.session import simulate as run_simulation
+        from ascend_node.sim.summary import format_report, report_json
+
+        spec = build_spec(nodes=nodes, devices=devices, a3=a3, super_pod_size=super_pod_size,
+                          masters=masters, timeout=timeout, tool_delay=tool_delay,
+                          run_id=run_id, boot=boot_chain, absent=absent,
+                          bad_devices=bad_device or [])
+        drawn: tuple[Optional[dict[str, Any]], str] = (None, "")
+
+        def draw(done: Any) -> None:  # before the workspace (and its volume) is removed
+            nonlocal drawn
+            from ascend_node.report.cli import sim_timeline
+
+            drawn = sim_timeline(done.shared_dir, spec.run_id)
+
+        report = run_simulation(spec, shared_dir, keep,
+                                before_cleanup=draw if timeline else None)
+        if table_out is not None:
+            write_table(report, table_out)
+        if json_out:
+            doc = report_json(report)
+            if timeline:
+                doc["timeline"] = drawn[0]
+            emit(doc)
+        else:
+            print(format_report(report, keep))
+            if timeline:
+                print(drawn[1])
+        if not report.ok:
+            raise typer.Exit(report.worst_exit)
+
+
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def manifest(
+    ctx: typer.Context,
+    kind: Annotated[str, typer.Option("--kind", help="mindie or training")] = "mindie",
+    name: Annotated[str, typer.Option("--name", help="Volcano Job name")] = "mindie",
+    nodes: Annotated[int, typer.Option("--nodes", help="Pods (one per server)")] = 2,
+    image: Annotated[str, typer.Option("--image", help="Container image with ascend-node")
+                     ] = "mindie:latest",
+    pvc: Annotated[str, typer.Option("--pvc", help="Shared PVC (model directory)")] = "model",
+    run_id: Annotated[Optional[str], typer.Option(
+        "--run-id", help="Run id (default: the job name)", show_default=False)] = None,
+    npus_per_node: Annotated[Optional[int], typer.Option(
+        "--npus-per-node", help="NPUs per pod (8; 16 with --a3)", show_default=False)] = None,
+    a3: Annotated[bool, typer.Option(
+        "--a3", help="Atlas 900 A3 SuperPoD: 16 NPUs per pod, super-pod node selector")
+    ] = False,
+    model_path: Annotated[str, typer.Option("--model-path", help="Mount path of the PVC")
+                          ] = "/mnt/model",
+    namespace: Annotated[Optional[str], typer.Option(
+        "--namespace", help="Kubernetes namespace of the Job (omitted: the current one of kubectl)",
+        show_default=False)] = None,
+    rdma_resource: Annotated[Optional[str], typer.Option(
+        "--rdma-resource", help="e.g. rdma/hca (adds IPC_LOCK)", show_default=False)] = None,
+    queue: Annotated[str, typer.Option("--queue", help="Volcano queue of the Job")
+                     ] = "default",
+    timeout: Annotated[int, typer.Option("--timeout", help="Agent's peer timeout")] = 900,
+    npu_resource: Annotated[str, typer.Option(
+        "--npu-resource", help="Extended resource name of the NPUs")] = "huawei.com/Ascend910",
+    no_driver_mounts: Annotated[bool, typer.Option(
+        "--no-driver-mounts", help="Do not mount the host's /usr/local/Ascend/driver "
+        "(the image brings its own driver tools)")] = False,
+    rendezvous_key: Annotated[bool, typer.Option(
+        "--rendezvous-key", help="Also render a Secret <name>-rendezvous-key holding a fresh "
+        "random key, mounted in every pod: rendezvous documents are then signed")] = False,
+    rendezvous_key_secret: Annotated[Optional[str], typer.Option(
+        "--rendezvous-key-secret", help="Mount this existing Secret (item `key`) as the "
+        "job's rendezvous key", show_default=False)] = None,
+    json_out: Json = False, debug: Debug = False,
+) -> None:
+    """Render a Volcano Job for MindIE multi-node or training (command after `--`)."""
+    with exit_codes(debug_on(debug)):
+        from ascend_node.errors import UsageError
+        from ascend_node.manifest import (
+            ManifestParams,
+            render_job,
+            render_key_secret,
+            render_yaml,
+            to_yaml,
+        )
+
+        if kind not in ("mindie", "training"):
+            raise UsageError(f"--kind {kind!r} is not one of mindie, training",
+                             "use --kind mindie or --kind training")
+        if rendezvous_key and rendezvous_key_secret:
+            raise UsageError("--rendezvous-key and --rendezvous-key-secret both given",
+                             "render a new Secret, or name an existing one, not both")
+        key_secret = (f"{name}-rendezvous-key" if rendezvous_key
+                      else rendezvous_key_secret)
+        params = ManifestParams(
+            kind=kind,  # type: ignore[arg-type]
+            name=name, nodes=nodes, image=image, pvc=pvc, run_id=run_id or name,
+            npus_per_node=npus_per_node or (16 if a3 else 8), model_path=model_path,
+            namespace=namespace,
+            rdma_resource=rdma_resource, queue=queue, timeout=timeout,
+            command=list(ctx.args) or None, npu_resource=npu_resource,
+            mount_driver=not no_driver_mounts, a3=a3, rendezvous_key_secret=key_secret,
+        )
+        secret = None
+        if rendezvous_key:
+            import secrets as random_source
+
+            secret = render_key_secret(params, random_source.token_hex(32))
+        if json_out:
+            doc = render_job(params)
+            print(json.dumps(doc if secret is None else
+                             {"apiVersion": "v1", "kind": "List", "items": [secret, doc]},
+                             indent=2))
+        else:
+            if secret is not None:
+                sys.stdout.write("# the job's rendezvous key (docs/rendezvous.md)\n"
+                                 + to_yaml(secret) + "---\n")
+            sys.stdout.write(render_yaml(params))
+
+
+@app.command()
+def version() -> None:
+    """Print the agent's version."""
+    print(__version__)

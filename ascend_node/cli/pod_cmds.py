@@ -1,0 +1,252 @@
+"""Commands a pod runs: `discover`, `ranktable`, `boot`, `env`, `status`.
+
+No `from __future__ import annotations` here (see `app`).
+"""
+
+import os
+import signal
+import sys
+from typing import Annotated, Any, Callable, Optional
+
+import typer
+
+from ascend_node import logs
+from ascend_node.cli.app import (
+    STARTED,
+    app,
+    debug_on,
+    emit,
+    exit_codes,
+    on_sigterm,
+    option_flags,
+    settings_from,
+)
+from ascend_node.cli.options import (
+    AllowUneven,
+    Debug,
+    Devices,
+    FileOwner,
+    HcclJson,
+    HccnTool,
+    Json,
+    MasterFile,
+    MasterPort,
+    Preflight,
+    RendezvousKeyFile,
+    RunId,
+    SharedDir,
+    StateDir,
+    TableSource,
+    TableVersion,
+    Timeout,
+    Verbose,
+    WorldSizeFile,
+)
+from ascend_node.errors import AscendNodeError
+
+
+def _status_writer(settings_box: dict[str, Any], command: str
+                   ) -> Callable[[BaseException, int], None]:
+    def write(exc: BaseException, code: int) -> None:
+        from ascend_node.launch import write_termination_log
+        from ascend_node.outputs import StatusDoc, write_status
+
+        cause = exc.cause if isinstance(exc, AscendNodeError) else str(exc)
+        write_termination_log(f"ascend-node {command}: exit {code}: {cause}")
+        settings = settings_box.get("settings")
+        if settings is not None:
+            write_status(settings.state_dir, StatusDoc(
+                state="failed", phase=command, command=command, exit_code=code,
+                message=cause, run_id=settings.run_id))
+    return write
+
+@app.command()
+def discover(
+    devices: Devices = None, hccn_tool: HccnTool = None, table_version: TableVersion = None,
+    table_source: TableSource = None, hccl_json: HcclJson = None, json_out: Json = False,
+    verbose: Verbose = False, debug: Debug = False,
+) -> None:
+    """Identity and devices as this container sees them. Writes nothing."""
+    logs.setup(verbose, debug_on(debug))
+    with exit_codes(debug_on(debug)):
+        from ascend_node.bootstrap import discover as run_discover
+        from ascend_node.bootstrap import table_source as choose_source
+
+        settings = settings_from(verbose, **option_flags(locals()))
+        found = run_discover(settings, os.environ)
+        source = choose_source(settings)
+        pod = found.super_pod
+        ident = found.identity
+        doc = {
+            "identity": {
+                "role": ident.role, "task_index": ident.task_index,
+                "global_index": ident.global_index, "node_count": ident.node_count,
+                "master_count": ident.master_count, "worker_count": ident.worker_count,
+                "name": ident.name, "pod_ip": ident.pod_ip, "host_ip": ident.host_ip,
+                "incarnation": ident.incarnation, "run_id": settings.run_id,
+            },
+            "devices": [
+                {"device_id": d.device_id, "ip": d.ip, "netmask": d.netmask,
+                 "ip_source": d.ip_source,
+                 **({"super_device_id": pod.sdids.get(d.device_id)} if pod else {})}
+                for d in found.devices
+            ],
+            "table": {
+                "source": source.source, "source_why": source.why,
+                "hccl_json": str(settings.hccl_json),
+                "version_setting": settings.table_version,
+                "super_pod_id": pod.super_pod_id if pod else None,
+                "super_pod": found.super_pod_note,
+            },
+            "sources": {**dict(ident.sources), "devices": found.device_source,
+                        "hccn_tool": found.hccn_tool,
+                        "run_id": settings.sources.get("run_id", "default")},
+        }
+        if json_out:
+            emit(doc)
+            return
+        print(f"node      {ident.name} of {ident.node_count}  "
+              f"[{ident.sources['role']}, {ident.sources['task_index']}]")
+        print(f"pod IP    {ident.pod_ip}  [{ident.sources['pod_ip']}]")
+        print(f"host IP   {ident.host_ip}  [{ident.sources['host_ip']}]")
+        print(f"instance  {ident.incarnation}  [{ident.sources['incarnation']}]")
+        print(f"run id    {settings.run_id or '-'}  [{settings.sources.get('run_id')}]")
+        print(f"devices   {len(found.devices)}  [{found.device_source}; IPs from "
+              f"{found.hccn_tool}]")
+        for d in found.devices:
+            sdid = f"  SDID {pod.sdids.get(d.device_id)}" if pod else ""
+            print(f"  {d.device_id:>3}  {d.ip:<40} {d.netmask:<16} [{d.ip_source}]{sdid}")
+        print(f"super pod {pod.super_pod_id if pod else '-'}  [{found.super_pod_note}]")
+        print(f"table     from {source.source}  [{source.why}]; version "
+              f"{settings.table_version} [{settings.sources.get('table_version')}]")
+
+
+@app.command()
+def ranktable(
+    shared_dir: SharedDir = None, run_id: RunId = None, timeout: Timeout = None,
+    master_file: MasterFile = None, world_size_file: WorldSizeFile = None,
+    state_dir: StateDir = None, devices: Devices = None, hccn_tool: HccnTool = None,
+    file_owner: FileOwner = None, allow_uneven_devices: AllowUneven = False,
+    table_version: TableVersion = None, table_source: TableSource = None,
+    hccl_json: HcclJson = None, preflight: Preflight = None,
+    rendezvous_key_file: RendezvousKeyFile = None,
+    json_out: Json = False, verbose: Verbose = False, debug: Debug = False,
+) -> None:
+    """Steps 1-5: meet the peers and write the rank table; exit 0 when this node holds it."""
+    logs.setup(verbose, debug_on(debug))
+    box: dict[str, Any] = {}
+    with exit_codes(debug_on(debug), _status_writer(box, "ranktable")):
+        signal.signal(signal.SIGTERM, on_sigterm)
+        from ascend_node.bootstrap import ranktable as run_ranktable
+        from ascend_node.outputs import StatusDoc, write_status
+
+        settings = settings_from(verbose, **option_flags(locals()))
+        box["settings"] = settings
+        from ascend_node.preflight.policy import effective_policy
+
+        result = run_ranktable(settings, os.environ, STARTED,
+                               preflight=effective_policy(settings.preflight, "ranktable"))
+        write_status(settings.state_dir, StatusDoc(
+            state="done", phase="ranktable", command="ranktable", exit_code=0,
+            run_id=result.run_id, attempt_id=result.attempt_id,
+            node=result.discovery.identity.name, message="rank table ready"))
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        if json_out:
+            emit({"run_id": result.run_id, "attempt_id": result.attempt_id,
+                   "node": result.discovery.identity.name,
+                   "rank_table_file": result.env["RANK_TABLE_FILE"],
+                   "shared_table": str(result.shared_table), "env": result.env,
+                   "seconds": round(result.seconds, 3)})
+        else:
+            print(result.env["RANK_TABLE_FILE"])
+
+
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def boot(
+    ctx: typer.Context,
+    shared_dir: SharedDir = None, run_id: RunId = None, timeout: Timeout = None,
+    master_file: MasterFile = None, world_size_file: WorldSizeFile = None,
+    state_dir: StateDir = None, devices: Devices = None, hccn_tool: HccnTool = None,
+    file_owner: FileOwner = None, allow_uneven_devices: AllowUneven = False,
+    master_port: MasterPort = None, table_version: TableVersion = None,
+    table_source: TableSource = None, hccl_json: HcclJson = None, preflight: Preflight = None,
+    rendezvous_key_file: RendezvousKeyFile = None,
+    launcher: Annotated[Optional[str], typer.Option(
+        "--launcher", help="mindie | msrun | ranktable-env | torch (env ASCEND_NODE_LAUNCHER; "
+        "mindie)", show_default=False)] = None,
+    https: Annotated[Optional[bool], typer.Option(
+        "--https/--no-https", help="MindIE httpsEnabled (env ASCEND_NODE_HTTPS; keep the file's)",
+        show_default=False)] = None,
+    model_name: Annotated[Optional[str], typer.Option(
+        "--model-name", help="MindIE modelName (env MODEL_NAME)", show_default=False)] = None,
+    model_weight_path: Annotated[Optional[str], typer.Option(
+        "--model-weight-path", help="MindIE modelWeightPath (env MODEL_PATH)",
+        show_default=False)] = None,
+    verbose: Verbose = False, debug: Debug = False,
+) -> None:
+    """Steps 1-8: rank table, atb_llm wheel, set_env, MindIE config, then exec the server.
+
+    Give the command after `--` (default: the MindIE daemon).
+    """
+    logs.setup(verbose, debug_on(debug))
+    box: dict[str, Any] = {}
+    with exit_codes(debug_on(debug), _status_writer(box, "boot")):
+        signal.signal(signal.SIGTERM, on_sigterm)
+        from ascend_node.boot import boot as run_boot
+        from ascend_node.boot import boot_options_from_env
+        from ascend_node.bootstrap import ranktable as run_ranktable
+
+        settings = settings_from(verbose, **option_flags(locals()))
+        box["settings"] = settings
+        opts = boot_options_from_env(os.environ, launcher, list(ctx.args), https,
+                                     model_name, model_weight_path)
+        from ascend_node.preflight.policy import effective_policy
+
+        policy = effective_policy(settings.preflight, "boot", opts.launcher)
+        result = run_ranktable(settings, os.environ, STARTED, command="boot", preflight=policy)
+        run_boot(settings, os.environ, result, opts)
+
+
+@app.command("env")
+def env_cmd(
+    fmt: Annotated[str, typer.Option("--format", help="sh or json")] = "sh",
+    state_dir: StateDir = None, debug: Debug = False,
+) -> None:
+    """The environment of the last completed bootstrap in this container."""
+    with exit_codes(debug_on(debug)):
+        from ascend_node.errors import ConfigError, UsageError
+        from ascend_node.outputs import read_env, render_env_script
+
+        if fmt not in ("sh", "json"):
+            raise UsageError(f"--format {fmt!r} is not one of sh, json", "use --format sh|json")
+        settings = settings_from(False, state_dir=state_dir)
+        env = read_env(settings.state_dir)
+        if env is None:
+            raise ConfigError(
+                f"no completed bootstrap in {settings.state_dir} (no env.json)",
+                "run `ascend-node ranktable` or `ascend-node boot` first, or pass --state-dir")
+        if fmt == "json":
+            emit({"env": env})
+        else:
+            sys.stdout.write(render_env_script(env))
+
+
+@app.command()
+def status(
+    wait: Annotated[bool, typer.Option("--wait", help="Block until done or failed")] = False,
+    wait_timeout: Annotated[float, typer.Option(
+        "--wait-timeout", help="Seconds --wait may block")] = 900.0,
+    state_dir: StateDir = None, json_out: Json = False, debug: Debug = False,
+) -> None:
+    """This container's bootstrap state: exit 0 done, 1 failed, 3 in progress (for probes)."""
+    with exit_codes(debug_on(debug)):
+        from ascend_node.statedir import resolve_state_dir
+        from ascend_node.status import current_status, wait_for_status
+
+        where = resolve_state_dir(state_dir, os.environ)  # not the settings model: probes
+        view = wait_for_status(where, wait_timeout) if wait else current_status(where)
+        if json_out:
+            emit(view.to_json())
+        else:
+            print(view.text())
+        raise typer.Exit(view.exit_code)
