@@ -94,6 +94,9 @@ class ManifestParams:
     mount_driver: bool = True
     a3: bool = False  # Atlas 900 A3 SuperPoD nodes (rank table v1.2)
     rendezvous_key_secret: Optional[str] = None  # a Secret holding the job's key, mounted
+    # MindIE's httpsEnabled as ASCEND_NODE_HTTPS (None: the image's config.json decides;
+    # MindIE's shipped file says true and then needs certificates, docs/mindie-config.md).
+    https: Optional[bool] = None
 
     def __post_init__(self) -> None:
         validate(self)
@@ -124,6 +127,9 @@ def validate(p: ManifestParams) -> None:
             "use --npus-per-node 16 (the default with --a3) or 8",
         )
     _check_int("timeout", p.timeout, 1, 7 * 24 * 3600)
+    if p.https is not None and p.kind != "mindie":
+        raise UsageError("--https/--no-https is MindIE's httpsEnabled; a training job has none",
+                         "leave it out with --kind training")
     if not isinstance(p.name, str) or not _DNS1035_LABEL.match(p.name):
         raise UsageError(
             f"job name {p.name!r} is not a DNS-1035 label",
@@ -279,6 +285,8 @@ def _container(p: ManifestParams, role: str) -> dict[str, Any]:
     if p.nodes == 1:
         # With no worker task the svc plugin injects no VC_WORKER_NUM at all.
         env.append({"name": "VC_WORKER_NUM", "value": "0"})
+    if p.https is not None:
+        env.append({"name": "ASCEND_NODE_HTTPS", "value": "1" if p.https else "0"})
     if p.rendezvous_key_secret is not None:
         env.append({"name": "ASCEND_NODE_RENDEZVOUS_KEY_FILE",
                     "value": f"{KEY_MOUNT_DIR}/{KEY_ITEM}"})

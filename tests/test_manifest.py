@@ -508,3 +508,28 @@ def test_manifest_cli_renders_a_fresh_key_secret_beside_the_job(validator) -> No
     both = CliRunner().invoke(app, ["manifest", "--rendezvous-key",
                                     "--rendezvous-key-secret", "x"])
     assert both.exit_code == 2
+
+
+@pytest.mark.parametrize(("flag", "value"), [("--no-https", "0"), ("--https", "1"), (None, None)])
+def test_manifest_https_choice_reaches_every_pod_as_the_boot_setting(validator, flag, value
+                                                                     ) -> None:
+    """`boot` refuses MindIE's shipped https config without certificates; the rendered Job
+    can say plain http (or insist on https) for every pod, or leave the image to decide."""
+    from typer.testing import CliRunner
+
+    from ascend_node.cli import app
+
+    args = ["manifest", "--kind", "mindie", "--json"] + ([flag] if flag else [])
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    job = json.loads(result.stdout)
+    assert _errors(validator, job) == []
+    for task in job["spec"]["tasks"]:
+        (container,) = task["template"]["spec"]["containers"]
+        env = {e["name"]: e.get("value") for e in container["env"]}
+        assert env.get("ASCEND_NODE_HTTPS") == value
+
+
+def test_manifest_https_is_refused_for_training() -> None:
+    with pytest.raises(UsageError, match="--https/--no-https"):
+        params("training", 2, command=["msrun", "train.py"], https=False)

@@ -139,6 +139,10 @@ def manifest(
     rendezvous_key_secret: Annotated[Optional[str], typer.Option(
         "--rendezvous-key-secret", help="Mount this existing Secret (item `key`) as the "
         "job's rendezvous key", show_default=False)] = None,
+    https: Annotated[Optional[bool], typer.Option(
+        "--https/--no-https", help="Render ASCEND_NODE_HTTPS: MindIE serves https (its "
+        "certificates must be in the image or mounted) or plain http (default: the image's "
+        "config.json decides; MindIE's shipped one says https)", show_default=False)] = None,
     json_out: Json = False, debug: Debug = False,
 ) -> None:
     """Render a Volcano Job for MindIE multi-node or training (command after `--`)."""
@@ -168,6 +172,7 @@ def manifest(
             rdma_resource=rdma_resource, queue=queue, timeout=timeout,
             command=list(ctx.args) or None, npu_resource=npu_resource,
             mount_driver=not no_driver_mounts, a3=a3, rendezvous_key_secret=key_secret,
+            https=https,
         )
         secret = None
         if rendezvous_key:
