@@ -219,7 +219,8 @@ def boot(
         _boot(settings, environ, result, opts)
     except BaseException as exc:
         # The node's timeline summary says how boot ended (never changes the exit code).
-        leave_summary(settings, identity, "boot", "failed", result.attempt_id, exc)
+        if result.on_volume:
+            leave_summary(settings, identity, "boot", "failed", result.attempt_id, exc)
         raise
 
 
@@ -237,7 +238,8 @@ def _boot(
     now = time.time()
     # The last event this process writes: after exec the server owns the pid.
     events.record("exec", now, now, "exec", command=argv[0], launcher=opts.launcher)
-    leave_summary(settings, result.discovery.identity, "boot", "exec", result.attempt_id)
+    if result.on_volume:
+        leave_summary(settings, result.discovery.identity, "boot", "exec", result.attempt_id)
     exec_command(argv, env)
 
 

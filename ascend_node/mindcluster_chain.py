@@ -94,7 +94,9 @@ def ranktable_from_mindcluster(
     log.info("rank table from MindCluster ready (%d servers, world size %s, version %s) "
              "in %.2f s", len(table["server_list"]), env["WORLD_SIZE"], table["version"],
              seconds)
-    return TableResult(found, run_id, ATTEMPT_ID, table, text, env, path, seconds)
+    # `started` too: boot gives a launcher the time the agent has left from it.
+    return TableResult(found, run_id, ATTEMPT_ID, table, text, env, path, seconds,
+                       started=started, on_volume=False)
 
 
 def _identity(

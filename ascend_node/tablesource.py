@@ -64,6 +64,9 @@ class TableResult:
     preflight: str = "off"  # the policy in force
     preflight_doc: Optional[dict[str, Any]] = None  # what the rendezvous stage found
     key: Optional[RendezvousKey] = None  # the job's rendezvous key (signs reach documents)
+    # Whether the pods met on the shared volume; a table taken from MindCluster's file
+    # leaves nothing there (no timeline summary either).
+    on_volume: bool = True
 
 
 class TableSource(Protocol):

@@ -175,3 +175,35 @@ def test_auto_takes_the_file_when_it_exists_and_boot_execs_mindie(tmp_path: Path
         assert config["BackendConfig"]["multiNodesInferEnabled"] is True
         assert config["BackendConfig"]["npuDeviceIds"] == [list(range(DEVICES))]
     assert list((tmp_path / "shared").iterdir()) == []
+
+
+def test_a_launcher_gets_the_time_left_from_the_agents_start_with_mindclusters_table(
+    tmp_path: Path
+) -> None:
+    """msrun's cluster wait follows the agent's own deadline whichever source made the
+    table (it once counted from the machine's boot with MindCluster's file: 30 s)."""
+    recorder = tmp_path / "bin" / "msrun"
+    recorder.parent.mkdir()
+    out = tmp_path / "msrun-args"
+    recorder.write_text(f'#!/bin/sh\necho "$@" > {out}.$MIES_CONTAINER_IP\n')
+    recorder.chmod(0o755)
+    (recorder.parent / "python").symlink_to(sys.executable)
+    site = tmp_path / "site" / "mindspore"
+    site.mkdir(parents=True)
+    (site / "__init__.py").write_text("")
+    nodes, hccl = mc_nodes(tmp_path, timeout=600, boot=True, ASCEND_NODE_LAUNCHER="msrun")
+    hccl.parent.mkdir(parents=True)
+    hccl.write_text(mc_table(2, 2, "completed"))
+    for node in nodes:
+        node.env["PATH"] = f"{recorder.parent}:{node.env['PATH']}"
+        node.env["PYTHONPATH"] = str(site.parent)
+        node.argv = [sys.executable, "-m", "ascend_node", "boot", "--", "train.py"]
+    results = launch(nodes, 600)
+    assert codes(results) == [0, 0], explain(results)
+    for node in nodes:
+        args = (tmp_path / f"msrun-args.{node.env['K8S_POD_IP']}").read_text().split()
+        (wait,) = [int(a.split("=", 1)[1]) for a in args if a.startswith("--cluster_time_out=")]
+        # 600 s from the agent's start, less msrun's own start and exit and the time boot
+        # took: far above the 30 s floor, never above the agent's own timeout
+        assert 400 < wait < 600, args
+    assert list((tmp_path / "shared").iterdir()) == []
