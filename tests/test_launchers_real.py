@@ -118,24 +118,32 @@ def logs(job: Job, results: list[NodeResult]) -> str:
     return "\n".join(parts)
 
 
-def test_msrun_allreduce_across_two_pods_with_the_tables_ranks(
-    tmp_path: Path, netns: Netns, ms_venv: Path,
-) -> None:
-    job = make_job(tmp_path, netns, ms_venv, "msrun", [str(JOBS / "ms_allreduce.py")])
+def assert_allreduce_with_table_ranks(job: Job, env_rank: str, card: str, world: int = 4
+                                      ) -> None:
+    """Both pods exit 0; every worker summed 1..world; the launcher's rank variable
+    (`env_rank`), the collective's rank and the table's rank of the worker's card (`card`
+    on its node) are one number; a pod whose hostname resolves to its IP on its only NIC
+    gets no host-NIC variables."""
     results = run(job.nodes, timeout=120)
     assert codes(results) == [0, 0], logs(job, results)
     records = job.records()
-    world = 4
     assert len(records) == world, logs(job, results)
     ranks = job.table_ranks()
     for rec in records:
         assert rec["sum"] == sum(range(1, world + 1)), rec
         assert rec["size"] == world
-        # msrun's RANK_ID, the rank init() gave, and the table's rank of the worker's card
-        assert int(rec["rank_id"]) == rec["rank"] == ranks[(rec["node"], rec["device_id"])], rec
+        assert int(rec[env_rank]) == rec["rank"] == ranks[(rec["node"], rec[card])], rec
     assert sorted(r["rank"] for r in records) == list(range(world))
-    for node in job.nodes:  # a pod's hostname resolves to its IP on its only NIC
+    for node in job.nodes:
         assert not {"GLOO_SOCKET_IFNAME", "HCCL_IF_IP"} & set(job.env_of(node))
+
+
+def test_msrun_allreduce_across_two_pods_with_the_tables_ranks(
+    tmp_path: Path, netns: Netns, ms_venv: Path,
+) -> None:
+    job = make_job(tmp_path, netns, ms_venv, "msrun", [str(JOBS / "ms_allreduce.py")])
+    # msrun's RANK_ID, the rank init() gave, and the table's rank of the worker's card
+    assert_allreduce_with_table_ranks(job, env_rank="rank_id", card="device_id")
 
 
 def test_torchrun_all_reduce_across_two_pods_with_the_tables_ranks(
@@ -143,21 +151,9 @@ def test_torchrun_all_reduce_across_two_pods_with_the_tables_ranks(
 ) -> None:
     job = make_job(tmp_path, netns, torch_env, "torch",
                    ["torchrun", str(JOBS / "torch_allreduce.py")])
-    results = run(job.nodes, timeout=120)
-    assert codes(results) == [0, 0], logs(job, results)
-    records = job.records()
-    world = 4
-    assert len(records) == world, logs(job, results)
-    ranks = job.table_ranks()
-    for rec in records:
-        assert rec["sum"] == sum(range(1, world + 1)), rec
-        assert rec["size"] == world
-        # torchrun's RANK, the process group's rank, and the table's rank of the card at
-        # LOCAL_RANK on this node (fake cards are numbered from 0, so LOCAL_RANK = device_id)
-        assert int(rec["rank_env"]) == rec["rank"] == ranks[(rec["node"], rec["local_rank"])]
-    assert sorted(r["rank"] for r in records) == list(range(world))
-    for node in job.nodes:  # a pod's hostname resolves to its IP on its only NIC
-        assert not {"GLOO_SOCKET_IFNAME", "HCCL_IF_IP"} & set(job.env_of(node))
+    # torchrun's RANK, the process group's rank, and the table's rank of the card at
+    # LOCAL_RANK on this node (fake cards are numbered from 0, so LOCAL_RANK = device_id)
+    assert_allreduce_with_table_ranks(job, env_rank="rank_env", card="local_rank")
 
 
 @pytest.mark.parametrize("launcher", ["msrun", "torch"])
