@@ -21,8 +21,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Literal, Optional
 
+from ascend_node.discover.identity import check_run_id
 from ascend_node.errors import ClusterInconsistent, ConfigError, PeerTimeout, UsageError
-from ascend_node.identity import check_run_id
 
 Kind = Literal["mindie", "training"]
 KINDS = ("mindie", "training")

@@ -16,8 +16,8 @@ from typing import Any, Callable, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from ascend_node.discover.identity import check_run_id, run_id_from_volcano_hosts
 from ascend_node.errors import ConfigError, refused_value
-from ascend_node.identity import check_run_id, run_id_from_volcano_hosts
 from ascend_node.preflight.policy import parse_policy
 
 DEFAULT_HCCL_JSON = "/user/serverid/devindex/config/hccl.json"

@@ -25,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ascend_node.devices import check_device_ips, enumerate_devices, query_ips
+from ascend_node.discover.devices import check_device_ips, enumerate_devices, query_ips
 
 FAKE_HCCN_TOOL = """#!/bin/sh
 # Fake hccn_tool for the discovery benchmark: `hccn_tool -i <id> -ip -g`.

@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ascend_node.identity import NodeIdentity
+from ascend_node.discover.identity import NodeIdentity
 from ascend_node.ranktable import build_rank_table, render_rank_table
 from ascend_node.rendezvous import decide
 from ascend_node.rendezvous.assembler import Assembler

@@ -32,7 +32,7 @@ POD = r"""
 import json, sys, time
 from pathlib import Path
 from ascend_node import events
-from ascend_node.identity import NodeIdentity
+from ascend_node.discover.identity import NodeIdentity
 from ascend_node.rendezvous.protocol import Rendezvous  # what a pod has imported by now
 from ascend_node.rendezvous.models import MemberDoc, OutcomeDoc
 shared, state = Path(sys.argv[1]), Path(sys.argv[2])
@@ -45,7 +45,7 @@ for d in range(8):
 events.record("discovery", now - 0.9, now - 0.5)
 events.record("rendezvous", now - 0.5, now)
 ident = NodeIdentity("worker", 3, 1, 63, "10.0.0.4", "10.1.0.4", "pod-4")
-from ascend_node.bootstrap import leave_summary  # noqa: E402 (bootstrap is imported by then)
+from ascend_node.chain.table import leave_summary  # noqa: E402 (bootstrap is imported by then)
 from ascend_node.settings import resolve_settings  # noqa: E402
 settings = resolve_settings({"shared_dir": shared, "run_id": "bench", "state_dir": state}, {})
 t0 = time.perf_counter()

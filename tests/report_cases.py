@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-from ascend_node.identity import node_name
+from ascend_node.discover.identity import node_name
 from ascend_node.report.collect import Collected
 from ascend_node.report.summary import ClockNote, NodeSummary, PhaseSpan
 

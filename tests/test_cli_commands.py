@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from ascend_node.cli import app
-from ascend_node.outputs import StatusDoc, write_env, write_status
+from ascend_node.handoff.outputs import StatusDoc, write_env, write_status
 from tests.cli_helpers import cli_runner
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"

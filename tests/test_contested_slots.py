@@ -16,7 +16,7 @@ import time
 import pytest
 
 from ascend_node.atomic import atomic_write_bytes
-from ascend_node.identity import NodeIdentity
+from ascend_node.discover.identity import NodeIdentity
 from ascend_node.rendezvous import assembler, cadence
 from ascend_node.rendezvous.models import AttemptDoc, MemberDoc
 from ascend_node.rendezvous.protocol import Rendezvous

@@ -1,4 +1,4 @@
-"""Contract of ascend_node.devices (and the tool runner under it).
+"""Contract of ascend_node.discover.devices (and the tool runner under it).
 
 Parsers run against real captures (fixtures/hccn/); every tool call is faked with
 pytest-subprocess using those captures, except the tests that prove the real
@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ascend_node.devices import (
+from ascend_node.discover.devices import (
     Device,
     check_device_ips,
     enumerate_devices,

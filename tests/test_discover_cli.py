@@ -155,8 +155,8 @@ def test_discover_falls_back_to_the_default_route_and_fallback_incarnation(
 ) -> None:
     for key in ("K8S_POD_IP", "K8S_HOST_IP", "POD_UID"):
         monkeypatch.delenv(key)
-    monkeypatch.setattr("ascend_node.hostinfo.default_route_ip", lambda: "10.244.1.9")
-    monkeypatch.setattr("ascend_node.hostinfo.sandbox_facts",
+    monkeypatch.setattr("ascend_node.discover.hostinfo.default_route_ip", lambda: "10.244.1.9")
+    monkeypatch.setattr("ascend_node.discover.hostinfo.sandbox_facts",
                         lambda: ("job-worker-1", "boot-a", "net:[4026532281]"))
     fake_ips(fp, hccn_capture("a2-worker-npu_info.txt"), range(1))
     result = run("--json", "--devices", "0")

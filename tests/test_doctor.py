@@ -21,9 +21,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ascend_node import doctor as d
-from ascend_node.devices import DeviceIds, parse_device_list
+from ascend_node.discover.devices import DeviceIds, parse_device_list
 from ascend_node.errors import ConfigError, ToolError, UsageError
-from ascend_node.outputs import StatusDoc, write_status
+from ascend_node.handoff.outputs import StatusDoc, write_status
 from ascend_node.ranktable import DeviceEntry, ServerEntry, build_rank_table, render_rank_table
 from ascend_node.rendezvous.models import AttemptDoc, OutcomeDoc
 from ascend_node.rendezvous.store import Missing, RunPaths, Valid, write_doc
@@ -510,7 +510,7 @@ def test_mindie_startup_passes_what_boot_would_exec(tmp_path: Path) -> None:
 def test_mindie_startup_sees_the_agents_environment(tmp_path: Path) -> None:
     # What the server gets: the agent's env.json (MIES_CONTAINER_IP, ...) over this shell's.
     from ascend_node.doctor.runner import _server_env
-    from ascend_node.outputs import write_env
+    from ascend_node.handoff.outputs import write_env
 
     write_env(tmp_path, {"MIES_CONTAINER_IP": "10.0.0.2"}, None)
     env = _server_env({"MIES_INSTALL_PATH": "/x"}, tmp_path)

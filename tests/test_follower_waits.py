@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from ascend_node.discover.identity import NodeIdentity
 from ascend_node.errors import ClusterInconsistent, PeerTimeout
-from ascend_node.identity import NodeIdentity
 from ascend_node.rendezvous.models import ProgressDoc
 from ascend_node.rendezvous.protocol import Rendezvous
 from ascend_node.rendezvous.store import RunPaths, write_doc

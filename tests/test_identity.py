@@ -1,4 +1,4 @@
-"""Contract of ascend_node.identity: Volcano environment -> who this node is, or exit 1.
+"""Contract of ascend_node.discover.identity: Volcano environment -> who this node is, or exit 1.
 
 Every rejection names the variable and the value at fault (docs/design.md, "The chain", step 1).
 """
@@ -12,14 +12,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ascend_node.errors import ConfigError
-from ascend_node.identity import (
+from ascend_node.discover.identity import (
     check_run_id,
     fallback_incarnation,
     node_name,
     read_identity,
     run_id_from_volcano_hosts,
 )
+from ascend_node.errors import ConfigError
 
 BASE = {"VC_MASTER_NUM": "1", "VC_WORKER_NUM": "3", "K8S_POD_IP": "10.0.0.5",
         "POD_UID": "6f1c0e42-9a4b-4a67-8d3e-0c2a1b7e9f10"}
@@ -262,13 +262,13 @@ def test_run_id_from_volcano_hosts(environ: dict[str, str], expected: Optional[s
     ([], None),
 ])
 def test_pick_default_ip(answers: list[Optional[str]], expected: Optional[str]) -> None:
-    from ascend_node.hostinfo import pick_default_ip
+    from ascend_node.discover.hostinfo import pick_default_ip
 
     assert pick_default_ip(answers) == expected
 
 
 def test_pick_default_ip_does_not_ask_ipv6_when_ipv4_is_usable() -> None:
-    from ascend_node.hostinfo import pick_default_ip
+    from ascend_node.discover.hostinfo import pick_default_ip
 
     asked: list[str] = []
 
@@ -283,7 +283,7 @@ def test_pick_default_ip_does_not_ask_ipv6_when_ipv4_is_usable() -> None:
 def test_route_source_is_the_kernels_choice_and_none_without_a_route() -> None:
     import socket
 
-    from ascend_node.hostinfo import route_source
+    from ascend_node.discover.hostinfo import route_source
 
     # Loopback always has a route: the kernel's answer for 127.0.0.2 is a loopback source.
     assert route_source(socket.AF_INET, "127.0.0.2") == "127.0.0.1"

@@ -1,4 +1,4 @@
-"""Contract of ascend_node.install: a real wheel into a real venv, once per sha256."""
+"""Contract of ascend_node.handoff.install: a real wheel into a real venv, once per sha256."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from ascend_node.errors import ConfigError, ToolError
-from ascend_node.install import (
+from ascend_node.handoff.install import (
     DEFAULT_WHEEL_DIR,
     MARKER_NAME,
     find_atb_wheel,

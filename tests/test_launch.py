@@ -1,4 +1,4 @@
-"""Contract of ascend_node.launch: a real exec (same PID), the env we give, 126/127."""
+"""Contract of ascend_node.handoff.exec: a real exec (same PID), the env we give, 126/127."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from ascend_node.errors import ExecNotExecutable, ExecNotFound
-from ascend_node.launch import (
+from ascend_node.handoff.exec import (
     DEFAULT_MINDIE_DAEMON,
     check_interpreter,
     resolve_executable,
@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parents[1]
 CHILD = textwrap.dedent(
     """
     import json, logging, os, signal, sys
-    from ascend_node.launch import exec_command
+    from ascend_node.handoff.exec import exec_command
     from ascend_node.errors import AscendNodeError
     logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(message)s")
     argv, env = json.loads(sys.argv[1]), json.loads(sys.argv[2])

@@ -1,4 +1,4 @@
-"""Contract of ascend_node.launchers: argv and env per launcher, from one rank table."""
+"""Contract of ascend_node.handoff.launchers: argv and env per launcher, from one rank table."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from typing import Any
 import pytest
 
 from ascend_node.errors import ClusterInconsistent, ConfigError, UsageError
-from ascend_node.hostnic import NicFacts, interface_of, nic_plan
-from ascend_node.launch import DEFAULT_MINDIE_DAEMON
-from ascend_node.launchers import (
+from ascend_node.handoff.exec import DEFAULT_MINDIE_DAEMON
+from ascend_node.handoff.hostnic import NicFacts, interface_of, nic_plan
+from ascend_node.handoff.launchers import (
     LAUNCHERS,
     MSRUN_EXIT_ALLOWANCE,
     MSRUN_MIN_CLUSTER_TIMEOUT,

@@ -26,7 +26,7 @@ from typing import Any, Union
 
 import pytest
 
-from ascend_node.launchers import MSRUN_EXIT_ALLOWANCE, MSRUN_MIN_CLUSTER_TIMEOUT
+from ascend_node.handoff.launchers import MSRUN_EXIT_ALLOWANCE, MSRUN_MIN_CLUSTER_TIMEOUT
 from ascend_node.sim.cluster import NodeResult, SimNode
 from tests.cluster_helpers import codes, explain, make_nodes, run
 from tests.launcher_envs import mindspore_venv, torch_venv

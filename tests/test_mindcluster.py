@@ -16,7 +16,10 @@ from typing import Any
 import pytest
 
 from ascend_node.errors import ClusterInconsistent, PeerTimeout
-from ascend_node.mindcluster import (
+from ascend_node.ranktable import render_rank_table, validate_rank_table
+from ascend_node.settings import resolve_settings
+from ascend_node.sources.base import choose_table_source
+from ascend_node.sources.mindcluster_file import (
     HcclJsonWait,
     Pending,
     Ready,
@@ -26,9 +29,6 @@ from ascend_node.mindcluster import (
     present_ranks,
     revalidate_dirs,
 )
-from ascend_node.ranktable import render_rank_table, validate_rank_table
-from ascend_node.settings import resolve_settings
-from ascend_node.tablesource import choose_table_source
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "mindcluster"
 PATH = Path("/user/serverid/devindex/config/hccl.json")

@@ -1,4 +1,4 @@
-"""Contract of ascend_node.mindie against MindIE's real default config.json."""
+"""Contract of ascend_node.handoff.mindie_config against MindIE's real default config.json."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ascend_node.errors import ConfigError
-from ascend_node.mindie import (
+from ascend_node.handoff.mindie_config import (
     DEFAULT_CONFIG_PATH,
     config_path_from_env,
     load_config,

@@ -10,7 +10,7 @@ from typing import Any, Optional
 
 import pytest
 
-from ascend_node.mindie_startup import (
+from ascend_node.handoff.mindie_startup import (
     DiskView,
     FileInfo,
     StartupFacts,

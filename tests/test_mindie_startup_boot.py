@@ -122,7 +122,7 @@ def test_mounted_certificates_keep_https_on_and_exec_the_daemon(tmp_path: Path) 
 ])
 def test_https_and_tls_certs_variables(env: dict[str, str], https: object,
                                        certs: bool) -> None:
-    from ascend_node.boot import boot_options_from_env
+    from ascend_node.chain.boot import boot_options_from_env
 
     opts = boot_options_from_env(env, None, [], None, None, None)
     assert (opts.https, opts.tls_certs) == (https, certs)
@@ -131,7 +131,7 @@ def test_https_and_tls_certs_variables(env: dict[str, str], https: object,
 
 @pytest.mark.parametrize("name", ["ASCEND_NODE_HTTPS", "ASCEND_NODE_TLS_CERTS"])
 def test_a_misspelt_boolean_is_named_not_read_as_no(name: str) -> None:
-    from ascend_node.boot import boot_options_from_env
+    from ascend_node.chain.boot import boot_options_from_env
     from ascend_node.errors import ConfigError
 
     with pytest.raises(ConfigError, match=f"{name}='of' is not a boolean") as info:

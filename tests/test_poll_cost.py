@@ -19,7 +19,7 @@ from typing import Callable
 
 import pytest
 
-from ascend_node.identity import NodeIdentity
+from ascend_node.discover.identity import NodeIdentity
 from ascend_node.ranktable import build_rank_table, render_rank_table
 from ascend_node.rendezvous import cadence, freshness
 from ascend_node.rendezvous.models import AttemptDoc, OutcomeDoc, TableRecord

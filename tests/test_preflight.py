@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import pytest
 
+from ascend_node.discover.health import DeviceHealth, NodeHealth
 from ascend_node.doctor.ping import PingPair
 from ascend_node.errors import ToolError
 from ascend_node.preflight.gather import to_health
 from ascend_node.preflight.judge import apply_policy, judge_health
-from ascend_node.preflight.models import DeviceHealth, NodeHealth, PingRecord, ReachDoc
-from ascend_node.preflight.policy import effective_policy, parse_policy
+from ascend_node.preflight.models import PingRecord, ReachDoc
+from ascend_node.preflight.policy import effective_policy, node0_judge, parse_policy
 from ascend_node.preflight.reach import judge_reach
 from ascend_node.preflight.sample import (
     PAIR_LIMIT,
@@ -107,7 +108,7 @@ def with_health(index: int, health: NodeHealth | None, nodes: int = 3):
 def test_evaluate_applies_the_policy_to_a_tls_mismatch(policy, expect):
     slots = {0: with_health(0, node()), 1: with_health(1, node()),
              2: with_health(2, node(tls=1))}
-    verdict = decide.evaluate(slots, 3, 1, False, preflight=policy)
+    verdict = decide.evaluate(slots, 3, 1, False, judge=node0_judge(policy))
     assert isinstance(verdict, expect)
     if isinstance(verdict, decide.Abort):
         assert verdict.nodes == (0, 1, 2)
@@ -121,7 +122,7 @@ def test_evaluate_applies_the_policy_to_a_tls_mismatch(policy, expect):
 def test_evaluate_aborts_on_a_link_down_before_everyone_is_there():
     slots = {0: with_health(0, node()), 1: with_health(1, node(d2=("link", "DOWN"))),
              2: None}
-    verdict = decide.evaluate(slots, 3, 1, False, preflight="strict")
+    verdict = decide.evaluate(slots, 3, 1, False, judge=node0_judge("strict"))
     assert isinstance(verdict, decide.Abort)
     assert verdict.nodes == (1,)
     assert "worker 0 (node 1) device 2" in verdict.reason

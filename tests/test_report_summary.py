@@ -10,7 +10,7 @@ import time
 import pytest
 
 from ascend_node import events
-from ascend_node.identity import NodeIdentity
+from ascend_node.discover.identity import NodeIdentity
 from ascend_node.rendezvous import store
 from ascend_node.report import record
 from ascend_node.report.collect import collect

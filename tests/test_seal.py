@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from ascend_node.discover.identity import NodeIdentity
 from ascend_node.errors import ConfigError
-from ascend_node.identity import NodeIdentity
 from ascend_node.ranktable import build_rank_table, render_rank_table
 from ascend_node.rendezvous import decide
 from ascend_node.rendezvous.models import AttemptDoc, MemberDoc, OutcomeDoc, TableRecord

@@ -1,4 +1,4 @@
-"""Contract of ascend_node.setenv, with real bash and real scripts in tmp_path."""
+"""Contract of ascend_node.handoff.setenv, with real bash and real scripts in tmp_path."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from ascend_node.errors import ConfigError, ToolError
-from ascend_node.setenv import (
+from ascend_node.handoff.setenv import (
     EnvDelta,
     capture_set_env,
     default_set_env_scripts,

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from ascend_node.discover.mounts import mount_for, parse_mountinfo, pseudo_filesystem
 from ascend_node.doctor.volume import judge_mount
-from ascend_node.mounts import mount_for, parse_mountinfo, pseudo_filesystem
 from tests.cluster_helpers import codes, explain, make_nodes, run
 
 MOUNTINFO = "\n".join([

@@ -23,8 +23,8 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
 # None of these is needed to print help, a version, a probe's answer or a lint result.
 HEAVY = ("pydantic", "pydantic_core", "rich", "psutil", "logging", "typer.rich_utils",
-         "ascend_node.settings", "ascend_node.outputs", "ascend_node.rendezvous",
-         "ascend_node.bootstrap", "ascend_node.devices")
+         "ascend_node.settings", "ascend_node.handoff.outputs", "ascend_node.rendezvous",
+         "ascend_node.chain.table", "ascend_node.discover.devices")
 
 
 def imported(args: list[str], env: dict[str, str]
@@ -101,7 +101,7 @@ def test_help_lists_the_version_flag_and_every_command_in_plain_text():
 
 # Not needed by a pod on the shared volume with the pre-flight off: MindCluster's wait and
 # conversion, the pre-flight's gathering, judging and pings, the doctor, the report.
-NOT_ON_THE_VOLUME_PATH = ("ascend_node.mindcluster", "ascend_node.mindcluster_chain",
+NOT_ON_THE_VOLUME_PATH = ("ascend_node.sources.mindcluster_file", "ascend_node.sources.mindcluster",
                           "ascend_node.preflight.gather", "ascend_node.preflight.judge",
                           "ascend_node.preflight.reach", "ascend_node.preflight.stage",
                           "ascend_node.doctor",

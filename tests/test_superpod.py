@@ -13,15 +13,15 @@ from typing import Callable, Optional
 
 import pytest
 
-from ascend_node.devices import parse_npu_chip_map
-from ascend_node.errors import DeviceError, ToolError
-from ascend_node.superpod import (
+from ascend_node.discover.devices import parse_npu_chip_map
+from ascend_node.discover.superpod import (
     SpodInfo,
     node_super_pod,
     parse_spod_fields,
     query_super_pod,
     spod_info_from,
 )
+from ascend_node.errors import DeviceError, ToolError
 from ascend_node.tools import ToolResult
 
 NPU_SMI_DIR = Path(__file__).resolve().parents[1] / "fixtures" / "npu-smi"

@@ -12,8 +12,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from ascend_node.discover.identity import node_name
 from ascend_node.errors import ClusterInconsistent
-from ascend_node.identity import node_name
 from ascend_node.ranktable import (
     DeviceEntry,
     NodeSuperPodReport,

@@ -106,7 +106,7 @@ def report(
 ) -> None:
     """Every node's start on one time axis: who arrived last and why (read-only)."""
     with exit_codes(debug_on(debug)):
-        from ascend_node.bootstrap import require_rendezvous_settings
+        from ascend_node.chain.table import require_rendezvous_settings
         from ascend_node.report.cli import run_report
 
         settings = settings_from(False, shared_dir=shared_dir, run_id=run_id)
@@ -131,7 +131,7 @@ def clean(
     Asks on a terminal; without one it removes nothing unless given --yes (exit 2).
     """
     with exit_codes(debug_on(debug)):
-        from ascend_node.bootstrap import require_rendezvous_settings
+        from ascend_node.chain.table import require_rendezvous_settings
         from ascend_node.errors import UsageError
         from ascend_node.rendezvous.cleanup import clean_run
 

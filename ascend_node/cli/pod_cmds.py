@@ -48,8 +48,8 @@ from ascend_node.errors import AscendNodeError
 def _status_writer(settings_box: dict[str, Any], command: str
                    ) -> Callable[[BaseException, int], None]:
     def write(exc: BaseException, code: int) -> None:
-        from ascend_node.launch import write_termination_log
-        from ascend_node.outputs import StatusDoc, write_status
+        from ascend_node.handoff.exec import write_termination_log
+        from ascend_node.handoff.outputs import StatusDoc, write_status
 
         cause = exc.cause if isinstance(exc, AscendNodeError) else str(exc)
         write_termination_log(f"ascend-node {command}: exit {code}: {cause}")
@@ -69,8 +69,8 @@ def discover(
     """Identity and devices as this container sees them. Writes nothing."""
     logs.setup(verbose, debug_on(debug))
     with exit_codes(debug_on(debug)):
-        from ascend_node.bootstrap import discover as run_discover
-        from ascend_node.bootstrap import table_source as choose_source
+        from ascend_node.chain.table import discover as run_discover
+        from ascend_node.chain.table import table_source as choose_source
 
         settings = settings_from(verbose, **option_flags(locals()))
         found = run_discover(settings, os.environ)
@@ -137,8 +137,8 @@ def ranktable(
     box: dict[str, Any] = {}
     with exit_codes(debug_on(debug), _status_writer(box, "ranktable")):
         signal.signal(signal.SIGTERM, on_sigterm)
-        from ascend_node.bootstrap import ranktable as run_ranktable
-        from ascend_node.outputs import StatusDoc, write_status
+        from ascend_node.chain.table import ranktable as run_ranktable
+        from ascend_node.handoff.outputs import StatusDoc, write_status
 
         settings = settings_from(verbose, **option_flags(locals()))
         box["settings"] = settings
@@ -192,9 +192,9 @@ def boot(
     box: dict[str, Any] = {}
     with exit_codes(debug_on(debug), _status_writer(box, "boot")):
         signal.signal(signal.SIGTERM, on_sigterm)
-        from ascend_node.boot import boot as run_boot
-        from ascend_node.boot import boot_options_from_env
-        from ascend_node.bootstrap import ranktable as run_ranktable
+        from ascend_node.chain.boot import boot as run_boot
+        from ascend_node.chain.boot import boot_options_from_env
+        from ascend_node.chain.table import ranktable as run_ranktable
 
         settings = settings_from(verbose, **option_flags(locals()))
         box["settings"] = settings
@@ -215,7 +215,7 @@ def env_cmd(
     """The environment of the last completed bootstrap in this container."""
     with exit_codes(debug_on(debug)):
         from ascend_node.errors import ConfigError, UsageError
-        from ascend_node.outputs import read_env, render_env_script
+        from ascend_node.handoff.outputs import read_env, render_env_script
 
         if fmt not in ("sh", "json"):
             raise UsageError(f"--format {fmt!r} is not one of sh, json", "use --format sh|json")

@@ -14,10 +14,10 @@ from typing import Callable, Literal, Optional, Union
 from pydantic import BaseModel, ConfigDict, Field
 
 from ascend_node import __version__
+from ascend_node.discover.identity import NodeIdentity
+from ascend_node.discover.netcheck import unusable_reason
 from ascend_node.doctor.local import DeviceState
 from ascend_node.doctor.report import Status
-from ascend_node.identity import NodeIdentity
-from ascend_node.netcheck import unusable_reason
 from ascend_node.rendezvous.freshness import Freshness
 from ascend_node.rendezvous.store import Invalid, Missing, RunPaths, Valid, read_doc
 

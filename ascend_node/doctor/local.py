@@ -12,13 +12,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Optional
 
-from ascend_node import devices as dev
+from ascend_node.discover import devices as dev
+from ascend_node.discover.hccn import HEALTHY_NET as HEALTHY_NET
+from ascend_node.discover.hccn import DeviceState as DeviceState
+from ascend_node.discover.hccn import printed as printed
+from ascend_node.discover.hccn import query_device_states as query_device_states
+from ascend_node.discover.netcheck import family, parse_ip, unusable_reason
 from ascend_node.doctor.report import CheckResult, Finding, id_list, skip, verdict
-from ascend_node.hccn import HEALTHY_NET as HEALTHY_NET
-from ascend_node.hccn import DeviceState as DeviceState
-from ascend_node.hccn import printed as printed
-from ascend_node.hccn import query_device_states as query_device_states
-from ascend_node.netcheck import family, parse_ip, unusable_reason
 
 TLS_FIX = ("set one value on every card of every node, e.g. `hccn_tool -i <id> -tls -s "
            "enable 0` for each device (MindIE's FAQ); HCCL refuses mixed TLS switches (EI0016)")

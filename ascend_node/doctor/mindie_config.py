@@ -27,7 +27,7 @@ class MindieState:
 
 
 def read_mindie_state(environ: Mapping[str, str]) -> MindieState:
-    from ascend_node import mindie
+    from ascend_node.handoff import mindie_config as mindie
 
     path = mindie.config_path_from_env(environ)
     explicit = bool(environ.get("MIES_CONFIG_JSON_PATH", "").strip())
@@ -146,7 +146,7 @@ def check_mindie_startup(m: MindieState, server_env: Mapping[str, str],
 
     `server_env`: the environment the server gets (this shell's, with the agent's env.json
     over it). The file's own mode and owner are `mindie.config`'s, so not repeated here."""
-    from ascend_node.mindie_startup import DiskView, facts_from_env, startup_problems
+    from ascend_node.handoff.mindie_startup import DiskView, facts_from_env, startup_problems
 
     cid = "mindie.startup"
     if m.config is None:

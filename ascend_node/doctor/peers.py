@@ -11,11 +11,11 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ascend_node.discover.identity import node_name
+from ascend_node.discover.netcheck import family, parse_ip
 from ascend_node.doctor.facts import DoctorFacts, PeerRead, usable
 from ascend_node.doctor.local import TLS_FIX
 from ascend_node.doctor.report import CheckResult, Finding, id_list, ok, skip, verdict
-from ascend_node.identity import node_name
-from ascend_node.netcheck import family, parse_ip
 from ascend_node.rendezvous.store import Invalid, Missing
 
 NO_PEERS = "no peer published facts to compare with (see peers.present)"

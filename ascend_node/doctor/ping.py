@@ -8,16 +8,16 @@ import hashlib
 from collections.abc import Sequence
 from typing import Union
 
+from ascend_node.discover.hccn import PING_WORKERS as PING_WORKERS
+from ascend_node.discover.hccn import PingPair as PingPair
+from ascend_node.discover.hccn import parse_ping as parse_ping
+from ascend_node.discover.hccn import ping_argv as ping_argv
+from ascend_node.discover.hccn import printed
+from ascend_node.discover.hccn import run_pings as run_pings
+from ascend_node.discover.identity import node_name
 from ascend_node.doctor.facts import DoctorFacts, usable
 from ascend_node.doctor.report import CheckResult, Finding, skip, verdict
 from ascend_node.errors import ToolError
-from ascend_node.hccn import PING_WORKERS as PING_WORKERS
-from ascend_node.hccn import PingPair as PingPair
-from ascend_node.hccn import parse_ping as parse_ping
-from ascend_node.hccn import ping_argv as ping_argv
-from ascend_node.hccn import printed
-from ascend_node.hccn import run_pings as run_pings
-from ascend_node.identity import node_name
 from ascend_node.tools import ToolResult
 
 PING_PAIR_LIMIT = 64

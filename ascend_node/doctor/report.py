@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Optional
 
-from ascend_node.devices import id_list as id_list
+from ascend_node.discover.devices import id_list as id_list
 
 Status = Literal["ok", "skip", "warn", "fail"]
 _SEVERITY: dict[str, int] = {"ok": 0, "skip": 0, "warn": 1, "fail": 2}

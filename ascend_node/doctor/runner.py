@@ -15,7 +15,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from ascend_node import devices as dev
+from ascend_node.discover import devices as dev
+from ascend_node.discover.identity import NodeIdentity
 from ascend_node.doctor.facts import (
     FACTS_MAX_AGE,
     collect_peer_facts,
@@ -71,16 +72,15 @@ from ascend_node.doctor.volume import (
     probe_round_trip,
 )
 from ascend_node.errors import AscendNodeError, ConfigError
-from ascend_node.identity import NodeIdentity
-from ascend_node.mindcluster import judge_hccl_json, read_hccl_json
 from ascend_node.ranktable import Problem, validate_file
 from ascend_node.rendezvous.store import RunPaths, Valid, read_bytes_nofollow, write_doc
 from ascend_node.settings import Settings
+from ascend_node.sources.mindcluster_file import judge_hccl_json, read_hccl_json
 from ascend_node.tools import ToolResult, run_tool
 
 
 def _identity(environ: Mapping[str, str]) -> NodeIdentity:
-    from ascend_node.bootstrap import identify
+    from ascend_node.chain.table import identify
 
     return identify(environ)
 
@@ -124,7 +124,7 @@ def run_doctor(
     started_wall = time.time()
     paths: Optional[RunPaths] = None
     if peers:
-        from ascend_node.bootstrap import require_rendezvous_settings
+        from ascend_node.chain.table import require_rendezvous_settings
 
         shared, run_id = require_rendezvous_settings(settings)
         paths = RunPaths(shared, run_id)
@@ -263,7 +263,7 @@ def run_doctor(
 
 
 def _source_check(settings: Settings) -> CheckResult:
-    from ascend_node.bootstrap import table_source
+    from ascend_node.chain.table import table_source
 
     choice = table_source(settings)
     state = None
@@ -292,7 +292,7 @@ def _server_count(table: Optional[Mapping[str, Any]]) -> Optional[int]:
 
 
 def _server_pid(state_dir: Path) -> Optional[int]:
-    from ascend_node.outputs import read_status
+    from ascend_node.handoff.outputs import read_status
 
     try:
         status = read_status(state_dir)
@@ -306,7 +306,7 @@ def _server_pid(state_dir: Path) -> Optional[int]:
 def _server_env(environ: Mapping[str, str], state_dir: Path) -> dict[str, str]:
     """The environment the server was (or will be) exec'd with: this shell's, with what the
     agent set (env.json: MIES_CONTAINER_IP, set_env.sh's MIES_INSTALL_PATH, ...) over it."""
-    from ascend_node.outputs import read_env
+    from ascend_node.handoff.outputs import read_env
 
     try:
         agent = read_env(state_dir) or {}

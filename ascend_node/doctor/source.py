@@ -9,8 +9,8 @@ from __future__ import annotations
 from typing import Union
 
 from ascend_node.doctor.report import CheckResult, ok
-from ascend_node.mindcluster import Pending, Ready
-from ascend_node.tablesource import SourceChoice
+from ascend_node.sources.base import SourceChoice
+from ascend_node.sources.mindcluster_file import Pending, Ready
 
 
 def check_table_source(

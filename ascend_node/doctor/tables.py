@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Union
 
+from ascend_node.discover.netcheck import parse_ip
 from ascend_node.doctor.local import DeviceState
 from ascend_node.doctor.report import CheckResult, Finding, skip, verdict
 from ascend_node.errors import AscendNodeError
-from ascend_node.netcheck import parse_ip
 from ascend_node.ranktable import Problem, local_server
 from ascend_node.rendezvous.models import AttemptDoc, OutcomeDoc
 from ascend_node.rendezvous.seal import RendezvousKey

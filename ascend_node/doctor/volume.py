@@ -21,11 +21,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
+from ascend_node.discover.mounts import PSEUDO_FS_TYPES
+from ascend_node.discover.mounts import Mount as Mount
+from ascend_node.discover.mounts import mount_of as mount_of
+from ascend_node.discover.mounts import parse_mountinfo as parse_mountinfo
 from ascend_node.doctor.report import CheckResult, Finding, ok, skip, verdict
-from ascend_node.mounts import PSEUDO_FS_TYPES
-from ascend_node.mounts import Mount as Mount
-from ascend_node.mounts import mount_of as mount_of
-from ascend_node.mounts import parse_mountinfo as parse_mountinfo
 from ascend_node.rendezvous import cadence
 from ascend_node.rendezvous.freshness import revalidate_dir
 

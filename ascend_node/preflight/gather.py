@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Callable
 
-from ascend_node.hccn import DeviceState, query_device_states
-from ascend_node.netcheck import family
-from ascend_node.preflight.models import DeviceHealth, NodeHealth
+from ascend_node.discover.hccn import DeviceState, query_device_states
+from ascend_node.discover.health import DeviceHealth, NodeHealth
+from ascend_node.discover.netcheck import family
 from ascend_node.tools import ToolResult, run_tool
 
 PROBES = ("link", "net_health", "tls")

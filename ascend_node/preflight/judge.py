@@ -12,10 +12,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from ascend_node.devices import id_list
-from ascend_node.hccn import HEALTHY_NET
-from ascend_node.identity import node_name
-from ascend_node.preflight.models import NodeHealth
+from ascend_node.discover.devices import id_list
+from ascend_node.discover.hccn import HEALTHY_NET
+from ascend_node.discover.health import NodeHealth
+from ascend_node.discover.identity import node_name
 
 TLS_REMEDY = ("set one value on every device of every node, e.g. `hccn_tool -i <dev> -tls -s "
               "enable 0` for each device of {nodes} (MindIE's FAQ), then restart the job")

@@ -1,38 +1,15 @@
-"""Documents of the pre-flight: what a member publishes about its devices' health, and
-the reachability results and verdict (each with one writer, like every document on the
-shared volume).
-
-Kept out of `MemberData` on purpose: `MemberData.digest()` decides whether a restarted
-container gets its table back, and a net health that turns from Init to Success must not
-make a pod look re-created.
+"""Documents of the pre-flight: the reachability results and verdict (each with one writer,
+like every document on the shared volume). What a member publishes about its devices'
+health rides in its member document (`ascend_node.discover.health`).
 """
 
 from __future__ import annotations
 
-from typing import Literal, Optional
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 _ID = r"^[A-Za-z0-9_.:-]{1,128}$"
-
-
-class DeviceHealth(BaseModel):
-    """One device as `hccn_tool -link/-net_health/-tls -g` reported it (None = unknown)."""
-
-    model_config = ConfigDict(defer_build=True, extra="forbid", frozen=True)
-    device_id: int = Field(ge=0, le=63)
-    link: Optional[str] = Field(default=None, max_length=32)
-    health: Optional[str] = Field(default=None, max_length=64)
-    tls: Optional[int] = Field(default=None, ge=0, le=9)
-    unknown: str = Field(default="", max_length=500)  # why a probe gave no value
-
-
-class NodeHealth(BaseModel):
-    """What HCCL needs every node to agree on, as one member sees its own devices."""
-
-    model_config = ConfigDict(defer_build=True, extra="forbid", frozen=True)
-    ip_family: Literal[4, 6]
-    devices: tuple[DeviceHealth, ...] = Field(max_length=64)
 
 
 class PingRecord(BaseModel):

@@ -8,7 +8,12 @@ nothing.
 
 from __future__ import annotations
 
-from typing import Literal, Optional
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Literal, Optional
+
+if TYPE_CHECKING:
+    from ascend_node.discover.health import NodeHealth
+    from ascend_node.rendezvous.decide import HealthJudge, HealthVerdict
 
 Policy = Literal["strict", "warn", "off"]
 POLICIES: tuple[Policy, ...] = ("strict", "warn", "off")
@@ -33,3 +38,19 @@ def effective_policy(chosen: Optional[Policy], command: str,
     if command == "boot" and launcher in TRAINING_LAUNCHERS:
         return "warn"
     return "strict"
+
+
+def node0_judge(policy: str) -> Optional[HealthJudge]:
+    """What node 0 does with the health facts the members publish, for the rendezvous.
+
+    None under `off` (the facts are carried, never judged). The judge's module is imported
+    on its first call, so a job whose members published nothing never loads it."""
+    if policy == "off":
+        return None
+
+    def judge(published: Mapping[int, NodeHealth], master_count: int) -> HealthVerdict:
+        from ascend_node.preflight.judge import apply_policy, judge_health
+
+        return apply_policy(judge_health(published, master_count), policy)
+
+    return judge

@@ -13,10 +13,10 @@ from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Optional
 
-from ascend_node.netcheck import family
+from ascend_node.discover.netcheck import family
 
 if TYPE_CHECKING:
-    from ascend_node.preflight.models import NodeHealth
+    from ascend_node.discover.health import NodeHealth
 
 log = logging.getLogger("ascend_node.preflight")
 

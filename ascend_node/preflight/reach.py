@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
-from ascend_node.hccn import run_pings
-from ascend_node.identity import NodeIdentity, node_name
+from ascend_node.discover.hccn import run_pings
+from ascend_node.discover.identity import NodeIdentity, node_name
 from ascend_node.preflight.models import PingRecord, ReachDoc, ReachVerdictDoc
 from ascend_node.preflight.sample import (
     classify,

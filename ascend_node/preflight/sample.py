@@ -15,9 +15,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Union
 
+from ascend_node.discover.hccn import PingPair, parse_ping
+from ascend_node.discover.identity import node_name
 from ascend_node.errors import ToolError
-from ascend_node.hccn import PingPair, parse_ping
-from ascend_node.identity import node_name
 from ascend_node.preflight.models import PingRecord
 from ascend_node.tools import ToolResult
 

@@ -14,8 +14,8 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
+from ascend_node.discover.identity import NodeIdentity
 from ascend_node.errors import ClusterInconsistent
-from ascend_node.identity import NodeIdentity
 from ascend_node.preflight.reach import Reachability, ReachResult, result_json
 from ascend_node.preflight.record import write_preflight
 from ascend_node.preflight.sample import describe_unreachable

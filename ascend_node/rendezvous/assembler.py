@@ -132,7 +132,7 @@ class Assembler(Participant):
             verdict = decide.evaluate(slots, self.identity.node_count,
                                       self.identity.master_count, self.allow_uneven_devices,
                                       self.identity.job_version, self.table_version,
-                                      self.preflight)
+                                      self.judge)
             if isinstance(verdict, decide.Complete):
                 if settled == verdict.members:
                     return self._complete(attempt_id, verdict.members, verdict.warnings)

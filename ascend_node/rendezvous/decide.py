@@ -19,10 +19,11 @@ import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional, Union
+from typing import Any, Callable, Optional, Protocol, Union
 
-from ascend_node.identity import node_name
-from ascend_node.netcheck import family
+from ascend_node.discover.health import NodeHealth
+from ascend_node.discover.identity import node_name
+from ascend_node.discover.netcheck import family
 from ascend_node.ranktable import NodeSuperPodReport, VersionConflict, choose_table_version
 from ascend_node.rendezvous.models import (
     AttemptDoc,
@@ -133,6 +134,31 @@ class Abort:
     failed_by: Optional[str] = None  # the incarnation whose own failure document caused it
 
 
+class HealthFault(Protocol):
+    """A fault found in the members' health facts: why (with the remedy) and which nodes."""
+
+    @property
+    def reason(self) -> str: ...
+    @property
+    def nodes(self) -> tuple[int, ...]: ...
+
+
+class HealthVerdict(Protocol):
+    """What a `HealthJudge` found: faults end the attempt, warnings ride on the outcome."""
+
+    @property
+    def faults(self) -> Sequence[HealthFault]: ...
+    @property
+    def warnings(self) -> tuple[str, ...]: ...
+
+
+HealthJudge = Callable[[Mapping[int, NodeHealth], int], HealthVerdict]
+"""Node 0's judgement of the published health facts (by node, and the master count).
+
+The rendezvous carries each member's health facts without interpreting them; the chain
+hands in the judge (`preflight.policy.node0_judge`), so this module knows no pre-flight."""
+
+
 @dataclass(frozen=True)
 class Complete:
     members: tuple[MemberDoc, ...]
@@ -146,14 +172,15 @@ def evaluate(
     allow_uneven_devices: bool,
     job_version: Optional[int] = None,
     table_version: str = "auto",
-    preflight: str = "off",
+    judge: Optional[HealthJudge] = None,
 ) -> Union[Waiting, Abort, Complete]:
     """Judge the present slots; abort as soon as an inconsistency is certain.
 
     Checks run on whoever is present, so a device-IP collision, a count mismatch or a
     half-super-pod cluster (`table_version`, see `choose_table_version`) ends the
-    attempt at once instead of at the timeout. `preflight` (strict|warn|off) says what
-    the members' published device health does (`preflight.judge`).
+    attempt at once instead of at the timeout. `judge`, when given, judges the members'
+    published device health (the pre-flight's policy is in it); without one the health
+    facts are carried, not judged.
     """
 
     def name(i: int) -> str:
@@ -190,10 +217,8 @@ def evaluate(
         return abort
     warnings: tuple[str, ...] = ()
     published = {i: m.health for i, m in members.items() if m.health is not None}
-    if published and preflight != "off":  # the judge is imported only when it has work
-        from ascend_node.preflight.judge import apply_policy, judge_health
-
-        health = apply_policy(judge_health(published, master_count), preflight)
+    if published and judge is not None:
+        health = judge(published, master_count)
         if health.faults:
             return Abort("; also ".join(f.reason for f in health.faults),
                          tuple(sorted({i for f in health.faults for i in f.nodes})))

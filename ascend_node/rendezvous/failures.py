@@ -9,8 +9,8 @@ from __future__ import annotations
 import time
 from typing import Callable, Optional
 
+from ascend_node.discover.identity import NodeIdentity, node_name
 from ascend_node.errors import SharedVolumeError
-from ascend_node.identity import NodeIdentity, node_name
 from ascend_node.rendezvous.assembler import ABORT_GRACE, new_attempt_id
 from ascend_node.rendezvous.freshness import Freshness
 from ascend_node.rendezvous.models import (

@@ -12,7 +12,7 @@ from typing import Annotated, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ascend_node.preflight.models import NodeHealth
+from ascend_node.discover.health import NodeHealth
 
 SCHEMA_VERSION: Literal[1] = 1
 _ID = r"^[A-Za-z0-9_.:-]{1,128}$"

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Optional
 
 from ascend_node import __version__
+from ascend_node.discover.identity import NodeIdentity, node_name
 from ascend_node.errors import ClusterInconsistent, PeerTimeout
-from ascend_node.identity import NodeIdentity, node_name
 from ascend_node.ranktable import DeviceEntry, ServerEntry
 from ascend_node.rendezvous import decide
 from ascend_node.rendezvous.freshness import Freshness
@@ -40,7 +40,8 @@ from ascend_node.rendezvous.store import (
 )
 
 if TYPE_CHECKING:
-    from ascend_node.preflight.models import NodeHealth
+    from ascend_node.discover.health import NodeHealth
+    from ascend_node.rendezvous.decide import HealthJudge
 
 log = logging.getLogger("ascend_node.rendezvous")
 
@@ -59,7 +60,7 @@ class Participant:
     allow_uneven_devices: bool = False
     table_version: str = "auto"  # --table-version: auto | 1.0 | 1.2
     health: Optional[NodeHealth] = None  # published beside the data (pre-flight)
-    preflight: str = "off"  # what node 0 does with the health facts: strict|warn|off
+    judge: Optional[HealthJudge] = None  # node 0's judge of the health facts (the chain's)
     clock: Callable[[], float] = time.monotonic
     sleep: Callable[[float], None] = time.sleep
     key: Optional[RendezvousKey] = None  # the job's rendezvous key (`seal`), if any

@@ -34,8 +34,8 @@ from typing import Any, Callable, Generic, Literal, Optional, TypeVar, Union
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from ascend_node.atomic import atomic_write_bytes
+from ascend_node.discover.mounts import PSEUDO_FS_TYPES, Mount, mount_for
 from ascend_node.errors import SharedVolumeError
-from ascend_node.mounts import PSEUDO_FS_TYPES, Mount, mount_for
 from ascend_node.rendezvous.models import (
     ConflictDoc,
     FailureDoc,

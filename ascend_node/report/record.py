@@ -1,6 +1,6 @@
 """Writing this node's summary to the shared volume, after the outcome is decided.
 
-Called by `bootstrap` when the rendezvous has returned or raised, and by `boot` just
+Called by `chain.table` when the rendezvous has returned or raised, and by `boot` just
 before exec (or when it fails). It must never change what the node does: every failure
 is logged at debug level and swallowed, the exit code is the caller's, and nothing here
 runs inside the rendezvous. Its own time is recorded as the `summary` event (a few ms:
@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Literal, Optional
 
 from ascend_node import __version__, events
-from ascend_node.identity import NodeIdentity
+from ascend_node.discover.identity import NodeIdentity
 from ascend_node.rendezvous.store import RunPaths
 
 log = logging.getLogger("ascend_node.report")

@@ -13,7 +13,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-from ascend_node.identity import node_name
+from ascend_node.discover.identity import node_name
 from ascend_node.report.collect import Collected
 from ascend_node.report.summary import NodeSummary
 

@@ -59,7 +59,7 @@ def build_spec(*, nodes: int, devices: Optional[int], a3: bool, super_pod_size: 
                          "a master is one of the nodes: give --masters <= --nodes")
     _positive_seconds("--timeout", timeout)
     _positive_seconds("--tool-delay", tool_delay, zero_ok=True)
-    from ascend_node.identity import check_run_id
+    from ascend_node.discover.identity import check_run_id
 
     try:
         check_run_id(run_id, "--run-id")

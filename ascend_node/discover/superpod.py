@@ -26,7 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Callable, Optional, Union
 
-from ascend_node.devices import parse_npu_chip_map
+from ascend_node.discover.devices import parse_npu_chip_map
 from ascend_node.errors import DeviceError, ToolError
 from ascend_node.tools import ToolResult, run_tool
 

@@ -33,7 +33,7 @@ from typing import Any, Optional
 
 from ascend_node.atomic import atomic_write_text
 from ascend_node.errors import ConfigError
-from ascend_node.mindie_startup import (
+from ascend_node.handoff.mindie_startup import (
     DEFAULT_MIES_INSTALL_PATH,
     MODEL_NAME_RULE,
     model_name_ok,

@@ -2,8 +2,8 @@
 
 Kept apart from the command line (`cli/`) so the chain can be driven (and tested) without a command
 line, and so commands stay thin. Steps 1-5 come from a `TableSource`: the shared-volume
-rendezvous here (`VolumeSource`), or MindCluster's hccl.json (`mindcluster_chain`,
-imported only when chosen). The shapes they share live in `tablesource`, so no source
+rendezvous here (`VolumeSource`), or MindCluster's hccl.json (`sources.mindcluster`,
+imported only when chosen). The shapes they share live in `sources.base`, so no source
 imports this module back.
 """
 
@@ -18,12 +18,14 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable, Optional
 
-from ascend_node import devices as dev
 from ascend_node import events, logs
+from ascend_node.discover import devices as dev
+from ascend_node.discover.hostinfo import identify as identify
+from ascend_node.discover.identity import NodeIdentity
+from ascend_node.discover.superpod import SuperPodProbe, query_super_pod
 from ascend_node.errors import AscendNodeError, ConfigError
-from ascend_node.hostinfo import identify as identify
-from ascend_node.identity import NodeIdentity
-from ascend_node.outputs import StatusDoc, write_status, write_table_outputs
+from ascend_node.handoff.outputs import StatusDoc, write_status, write_table_outputs
+from ascend_node.preflight.policy import node0_judge
 from ascend_node.preflight.probe import HealthProbe
 from ascend_node.preflight.record import record_cluster
 from ascend_node.rendezvous.models import DeviceRecord, MemberData
@@ -31,10 +33,9 @@ from ascend_node.rendezvous.protocol import Rendezvous, node0_failure, publish_f
 from ascend_node.rendezvous.seal import KEY_FILE_ENV, RendezvousKey, load_key
 from ascend_node.rendezvous.store import RunPaths
 from ascend_node.settings import Settings
-from ascend_node.superpod import SuperPodProbe, query_super_pod
-from ascend_node.tablesource import Discovery as Discovery
-from ascend_node.tablesource import SourceChoice, TableSource, choose_table_source
-from ascend_node.tablesource import TableResult as TableResult
+from ascend_node.sources.base import Discovery as Discovery
+from ascend_node.sources.base import SourceChoice, TableSource, choose_table_source
+from ascend_node.sources.base import TableResult as TableResult
 
 log = logging.getLogger("ascend_node")
 
@@ -131,7 +132,7 @@ def ranktable(
     `preflight` (strict|warn|off, `preflight.policy`): publish this node's device health
     with its data, for node 0 to judge with the membership. With MindCluster's hccl.json
     as the source (`table_source`), steps 1-3 are replaced by waiting for that file
-    (`ascend_node.mindcluster`); the outputs are the same, and there is no pre-flight
+    (`ascend_node.sources.mindcluster_file`); the outputs are the same, and there is no pre-flight
     (no rendezvous to publish in).
     """
     choice = table_source(settings)
@@ -142,7 +143,7 @@ def ranktable(
 def source_for(choice: SourceChoice) -> TableSource:
     """The `TableSource` for a choice; MindCluster's module is imported only when chosen."""
     if choice.source == "mindcluster":
-        from ascend_node.mindcluster_chain import MindClusterSource
+        from ascend_node.sources.mindcluster import MindClusterSource
 
         return MindClusterSource(choice)
     return VolumeSource(choice)
@@ -205,7 +206,7 @@ def _ranktable_from_volume(
         allow_uneven_devices=settings.allow_uneven_devices,
         table_version=settings.table_version,
         health=health,
-        preflight=preflight,
+        judge=node0_judge(preflight),
         key=key,
     )
     try:

@@ -16,8 +16,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
+from ascend_node.discover.netcheck import unusable_reason
 from ascend_node.errors import ConfigError, refused_value
-from ascend_node.netcheck import unusable_reason
 
 ROLES = ("master", "worker")
 _RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")

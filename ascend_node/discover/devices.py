@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 from ascend_node import events
+from ascend_node.discover.netcheck import IPAddress, family, parse_ip, unusable_reason
 from ascend_node.errors import DeviceError, ToolError, refused_value
-from ascend_node.netcheck import IPAddress, family, parse_ip, unusable_reason
 from ascend_node.tools import ToolResult, run_tool, shown_output, which
 
 MAX_DEVICE_ID = 63  # MindIE's device_id range [0, 63] (MindIE-LLM ranktable_config.cpp)

@@ -1,5 +1,5 @@
 """The impure edges of identity: the default-route address, the pod's sandbox facts, and
-`identify`, which hands both to the pure `identity.read_identity`."""
+`identify`, which hands both to the pure `discover.identity.read_identity`."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import socket
 from collections.abc import Iterable, Mapping
 from typing import Optional
 
-from ascend_node.identity import NodeIdentity, fallback_incarnation, read_identity
-from ascend_node.netcheck import unusable_reason
+from ascend_node.discover.identity import NodeIdentity, fallback_incarnation, read_identity
+from ascend_node.discover.netcheck import unusable_reason
 
 # Documentation addresses (RFC 5737, RFC 3849): assigned to nobody, so in a pod the only
 # route that covers them is the default route.

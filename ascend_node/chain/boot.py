@@ -1,6 +1,6 @@
 """Steps 6-8: install, configure, exec — the ENTRYPOINT use of the agent.
 
-After the rank table (steps 1-5, `bootstrap.ranktable`), `boot` installs the atb_llm
+After the rank table (steps 1-5, `chain.table.ranktable`), `boot` installs the atb_llm
 wheel, sources the vendor `set_env.sh` scripts, patches MindIE's `config.json`, and
 replaces itself with the server. Every step is idempotent, so a container restart
 repeats nothing that is done and reaches the same result.
@@ -17,23 +17,23 @@ from pathlib import Path
 from typing import Any, NoReturn, Optional
 
 from ascend_node import events
-from ascend_node.bootstrap import TableResult, leave_summary
+from ascend_node.chain.table import TableResult, leave_summary
 from ascend_node.errors import ConfigError
-from ascend_node.install import WHEEL_DIR_ENV, install_atb_wheel, wheel_dirs_from_env
-from ascend_node.launch import check_interpreter, exec_command
-from ascend_node.launchers import LAUNCHERS, USER_WINS, plan_launch
-from ascend_node.mindie import (
+from ascend_node.handoff.exec import check_interpreter, exec_command
+from ascend_node.handoff.install import WHEEL_DIR_ENV, install_atb_wheel, wheel_dirs_from_env
+from ascend_node.handoff.launchers import LAUNCHERS, USER_WINS, plan_launch
+from ascend_node.handoff.mindie_config import (
     config_path_from_env,
     load_config,
     patch_config,
     render_config,
     write_config,
 )
-from ascend_node.mindie_startup import DiskView, facts_from_env, startup_problems, summarise
-from ascend_node.outputs import StatusDoc, write_env, write_status
+from ascend_node.handoff.mindie_startup import DiskView, facts_from_env, startup_problems, summarise
+from ascend_node.handoff.outputs import StatusDoc, write_env, write_status
+from ascend_node.handoff.setenv import capture_set_env, set_env_scripts_from_env
 from ascend_node.rendezvous.seal import STRIP_FROM_EXEC
 from ascend_node.rendezvous.store import RunPaths
-from ascend_node.setenv import capture_set_env, set_env_scripts_from_env
 from ascend_node.settings import Settings
 
 log = logging.getLogger("ascend_node.boot")
@@ -165,7 +165,7 @@ def _server_uid(settings: Settings) -> int:
 
 def _nic_env(launcher: str, pod_ip: str, env: Mapping[str, str]) -> dict[str, str]:
     """GLOO_SOCKET_IFNAME / HCCL_IF_IP where the defaults may miss the pod IP (hostnic)."""
-    from ascend_node.hostnic import GLOO_LAUNCHERS, HCCL_LAUNCHERS, nic_plan, probe_nic
+    from ascend_node.handoff.hostnic import GLOO_LAUNCHERS, HCCL_LAUNCHERS, nic_plan, probe_nic
 
     if launcher not in GLOO_LAUNCHERS + HCCL_LAUNCHERS:
         return {}

@@ -1,10 +1,10 @@
 """Steps 1-5 with MindCluster's hccl.json as the source: wait, convert, write the outputs.
 
-The glue between `ascend_node.mindcluster` (the pure conversion and the wait) and the
-rest of the chain: `MindClusterSource` is a `tablesource.TableSource` and returns the same
+The glue between `ascend_node.sources.mindcluster_file` (the pure conversion and the wait) and the
+rest of the chain: `MindClusterSource` is a `sources.base.TableSource` and returns the same
 `TableResult` as the shared-volume rendezvous, so `boot` continues exactly as it does there
 (env, wheel, config.json, exec). Nothing here touches the shared volume, and nothing here
-imports the chain (`bootstrap`) back: the chain imports this module when it chooses it.
+imports the chain (`chain.table`) back: the chain imports this module when it chooses it.
 """
 
 from __future__ import annotations
@@ -15,16 +15,16 @@ from collections.abc import Mapping
 from typing import Any, Optional
 
 from ascend_node import events, logs
-from ascend_node.devices import Device
+from ascend_node.discover.devices import Device
+from ascend_node.discover.hostinfo import default_route_ip, identify
+from ascend_node.discover.identity import NodeIdentity, node_name, read_pod_ip
+from ascend_node.discover.superpod import NodeSuperPod
 from ascend_node.errors import ConfigError
-from ascend_node.hostinfo import default_route_ip, identify
-from ascend_node.identity import NodeIdentity, node_name, read_pod_ip
-from ascend_node.mindcluster import Converted, HcclJsonWait, convert_for_mindie
-from ascend_node.outputs import StatusDoc, write_status, write_table_outputs
+from ascend_node.handoff.outputs import StatusDoc, write_status, write_table_outputs
 from ascend_node.ranktable import render_rank_table
 from ascend_node.settings import Settings
-from ascend_node.superpod import NodeSuperPod
-from ascend_node.tablesource import Discovery, SourceChoice, TableResult
+from ascend_node.sources.base import Discovery, SourceChoice, TableResult
+from ascend_node.sources.mindcluster_file import Converted, HcclJsonWait, convert_for_mindie
 
 log = logging.getLogger("ascend_node.mindcluster")
 

@@ -1,13 +1,13 @@
 """Where the rank table comes from, and the one shape every source has.
 
-Two sources make steps 1-5: the shared-volume rendezvous (`bootstrap.VolumeSource`) and
-MindCluster's hccl.json (`mindcluster_chain.MindClusterSource`). Each is a `TableSource`
+Two sources make steps 1-5: the shared-volume rendezvous (`chain.table.VolumeSource`) and
+MindCluster's hccl.json (`sources.mindcluster.MindClusterSource`). Each is a `TableSource`
 and returns the same `TableResult`, so `boot` continues the same way after either. The
-chain (`bootstrap.ranktable`) chooses one with `choose_table_source` and imports the
+chain (`chain.table.ranktable`) chooses one with `choose_table_source` and imports the
 MindCluster module only when it is chosen; the sources import their shapes from here,
 never the chain back.
 
-Apart from `mindcluster` (the file's wait and conversion) so that a pod on the volume
+Apart from `sources.mindcluster` (the file's wait and conversion) so that a pod on the volume
 source, the common case, decides this without importing what it will not use.
 """
 
@@ -19,11 +19,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional, Protocol
 
 if TYPE_CHECKING:  # types only: this module stays cheap to import (doctor, discover)
-    from ascend_node.devices import Device
-    from ascend_node.identity import NodeIdentity
+    from ascend_node.discover.devices import Device
+    from ascend_node.discover.identity import NodeIdentity
+    from ascend_node.discover.superpod import NodeSuperPod
     from ascend_node.rendezvous.seal import RendezvousKey
     from ascend_node.settings import Settings
-    from ascend_node.superpod import NodeSuperPod
 
 SOURCES = ("auto", "volume", "mindcluster")
 

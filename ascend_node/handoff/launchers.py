@@ -15,7 +15,7 @@ world from one document instead of each counting on its own:
   their `PET_*` twins, which torchrun reads as defaults for its own flags, and
   PET_RDZV_CONF so its wait for the other nodes follows the agent's time left.
 
-Which host NIC gloo and HCCL use is decided in `ascend_node.hostnic`; the real programs
+Which host NIC gloo and HCCL use is decided in `ascend_node.handoff.hostnic`; the real programs
 these were checked against are in docs/launchers.md.
 
 Each function returns `Launch(argv, env, check)`: the argv to exec, the variables to add
@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple, Optional
 
 from ascend_node.errors import ClusterInconsistent, ConfigError, UsageError
-from ascend_node.launch import DEFAULT_MINDIE_DAEMON
+from ascend_node.handoff.exec import DEFAULT_MINDIE_DAEMON
 
 LAUNCHERS = ("mindie", "msrun", "ranktable-env", "torch")
 DEFAULT_MSRUN_PORT = 8118  # msrun's own default

@@ -15,9 +15,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Union
 
-from ascend_node import devices as dev
+from ascend_node.discover import devices as dev
+from ascend_node.discover.netcheck import family, unusable_reason
 from ascend_node.errors import ToolError
-from ascend_node.netcheck import family, unusable_reason
 from ascend_node.tools import ToolResult, run_tool, shown_output
 
 # MindCluster treats both as healthy (Ascend/mind-cluster
