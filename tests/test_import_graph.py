@@ -86,6 +86,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("doctor", "sim", "manifest"),                       # what operators run beside a job
     ("status",),                                         # the probes' reader
     ("chain",),                                          # the chain: orders the steps
+    ("pd",),                                             # a PD service's global rank table
     ("sources",),                                        # steps 1-5 from MindCluster's file
     ("report",),                                         # each node's timeline summary
     ("handoff",),                                        # steps 5-8: outputs to exec

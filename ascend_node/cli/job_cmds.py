@@ -37,17 +37,36 @@ def validate(
     owner_uid: Annotated[Optional[int], typer.Option(
         "--owner-uid", help="Also require this file owner (MindIE requires the server's uid)",
         show_default=False)] = None,
+    global_table: Annotated[bool, typer.Option(
+        "--global", help="FILE is a PD service's global rank table: apply MindIE-Motor "
+        "controller's rules (docs/pd.md)")] = False,
+    controller_config: Annotated[Optional[Path], typer.Option(
+        "--controller-config", help="With --global: the controller's ms_controller.json, "
+        "for its P/D flags and instance sizes", metavar="FILE", show_default=False)] = None,
     json_out: Json = False, debug: Debug = False,
 ) -> None:
     """Lint a rank table against HCCL and MindIE rules; list every problem (exit 1 if any)."""
     with exit_codes(debug_on(debug)):
         from ascend_node.errors import UsageError
-        from ascend_node.ranktable import validate_file
 
-        if target not in ("mindie", "hccl"):
-            raise UsageError(f"--for {target!r} is not one of mindie, hccl",
-                             "use --for mindie (default) or --for hccl")
-        problems = validate_file(file, target, check_owner_uid=owner_uid)  # type: ignore[arg-type]
+        if global_table:
+            from ascend_node.pd.controller_config import read_flags
+            from ascend_node.pd.files import validate_global_file
+
+            target = "mindie-motor"
+            flags = read_flags(controller_config) if controller_config is not None else None
+            problems = validate_global_file(file, flags, check_owner_uid=owner_uid)
+        elif controller_config is not None:
+            raise UsageError("--controller-config goes with --global",
+                             "add --global to judge a PD service's global rank table")
+        else:
+            from ascend_node.ranktable import validate_file
+
+            if target not in ("mindie", "hccl"):
+                raise UsageError(f"--for {target!r} is not one of mindie, hccl",
+                                 "use --for mindie (default) or --for hccl")
+            problems = validate_file(file, target,  # type: ignore[arg-type]
+                                     check_owner_uid=owner_uid)
         if json_out:
             emit({"file": str(file), "target": target, "valid": not problems,
                    "problems": [{"path": p.path, "message": p.message} for p in problems]})
