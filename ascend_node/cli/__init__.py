@@ -9,6 +9,7 @@ from typing import Optional
 # The order of registration is the order of `--help`.
 # isort: off
 from ascend_node.cli import pod_cmds  # noqa: F401
+from ascend_node.cli import pd_cmds  # noqa: F401
 from ascend_node.cli import job_cmds  # noqa: F401
 from ascend_node.cli import offline_cmds  # noqa: F401
 # isort: on

@@ -1,0 +1,89 @@
+"""Commands of a PD-disaggregated service's pods: `pd-announce`, `pd-table` (docs/pd.md).
+
+No `from __future__ import annotations` here (see `app`).
+"""
+
+import os
+import signal
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from ascend_node import logs
+from ascend_node.cli.app import app, debug_on, exit_codes, on_sigterm, option_flags, settings_from
+from ascend_node.cli.options import (
+    Debug,
+    FileOwner,
+    RendezvousKeyFile,
+    RunId,
+    SharedDir,
+    Timeout,
+    Verbose,
+)
+
+
+@app.command("pd-announce")
+def pd_announce(
+    shared_dir: SharedDir = None, run_id: RunId = None,
+    rendezvous_key_file: RendezvousKeyFile = None,
+    verbose: Verbose = False, debug: Debug = False,
+) -> None:
+    """Publish this coordinator's (or controller's) addresses for the PD global table."""
+    logs.setup(verbose, debug_on(debug))
+    with exit_codes(debug_on(debug)):
+        from ascend_node.chain.table import rendezvous_key, require_rendezvous_settings
+        from ascend_node.pd.roles import read_pd_identity
+        from ascend_node.pd.service import announce
+
+        settings = settings_from(verbose, **option_flags(locals()))
+        shared, run = require_rendezvous_settings(settings)
+        me = read_pd_identity(os.environ)
+        doc = announce(shared, run, me, os.environ, rendezvous_key(settings, os.environ))
+        print(f"{me.task} {me.place}: pod IP {doc.pod_ip}, host IP {doc.host_ip}")
+
+
+@app.command("pd-table")
+def pd_table(
+    controller_config: Annotated[Path, typer.Option(
+        "--controller-config", help="The controller's ms_controller.json (its P/D flags and "
+        "instance sizes decide deploy_server)", metavar="FILE", show_default=False)],
+    out: Annotated[Optional[Path], typer.Option(
+        "--out", help="Where to write the table [default: <shared>/.ascend-node/<run>/pd/"
+        "global_ranktable.json]", metavar="PATH", show_default=False)] = None,
+    watch: Annotated[bool, typer.Option(
+        "--watch/--once", help="Keep the table current after the first write (the "
+        "controller pod's sidecar), or exit after it")] = False,
+    shared_dir: SharedDir = None, run_id: RunId = None, timeout: Timeout = None,
+    file_owner: FileOwner = None, rendezvous_key_file: RendezvousKeyFile = None,
+    verbose: Verbose = False, debug: Debug = False,
+) -> None:
+    """Write a PD service's global rank table from its instances' tables (exit 4 if they
+    are not all complete within --timeout)."""
+    logs.setup(verbose, debug_on(debug))
+    with exit_codes(debug_on(debug)):
+        signal.signal(signal.SIGTERM, on_sigterm)
+        from ascend_node.chain.table import rendezvous_key, require_rendezvous_settings
+        from ascend_node.pd.controller_config import read_flags
+        from ascend_node.pd.roles import instance_counts, read_pd_identity
+        from ascend_node.pd.service import announce, global_table_path
+        from ascend_node.pd.watch import run_pd_table
+
+        settings = settings_from(verbose, **option_flags(locals()))
+        shared, run = require_rendezvous_settings(settings)
+        flags = read_flags(controller_config)
+        counts = instance_counts(os.environ)
+        if not counts["prefill"] or not counts["decode"]:
+            from ascend_node.errors import ConfigError
+
+            raise ConfigError(
+                f"the Job lists {counts['prefill']} prefill and {counts['decode']} decode "
+                "tasks (VC_PREFILL_<i>_NUM, VC_DECODE_<j>_NUM)",
+                "a PD service needs at least one of each; run under its Volcano Job")
+        key = rendezvous_key(settings, os.environ)
+        if os.environ.get("ASCEND_NODE_PD_TASK") == "controller":
+            # In the controller's pod: its own addresses are group "1" (get_group_id.py).
+            announce(shared, run, read_pd_identity(os.environ), os.environ, key)
+        run_pd_table(shared, run, counts, flags, out or global_table_path(shared, run),
+                     timeout=settings.timeout, watch=watch, owner=settings.file_owner,
+                     key=key)
