@@ -7,7 +7,6 @@ whole service before its first table, then rewrites only on a change.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 
@@ -25,16 +24,8 @@ from ascend_node.pd.service import (
     read_service_pods,
 )
 from ascend_node.pd.watch import run_pd_table
-from ascend_node.ranktable import DeviceEntry, ServerEntry, build_rank_table
-from ascend_node.rendezvous.models import (
-    AttemptDoc,
-    DeviceRecord,
-    MemberData,
-    MemberDoc,
-    OutcomeDoc,
-    TableRecord,
-)
 from ascend_node.rendezvous.store import RunPaths, write_doc
+from tests import pd_docs as docs
 
 RUN = "svc"
 JOB = {"VC_COORDINATOR_NUM": "1", "VC_CONTROLLER_NUM": "1", "VC_PREFILL_0_NUM": "1",
@@ -43,39 +34,12 @@ COUNTS = {"prefill": 1, "decode": 1}
 FLAGS = InstanceFlags(multi_node=True, p_distributed=False, d_distributed=True)
 
 
-def publish_instance(shared: Path, task: str, subnet: int, *, result: str = "table",
-                     text: str | None = None, outcome: bool = True) -> None:
-    run = f"{RUN}-{task}"
-    paths = RunPaths(shared, run)
-    data = MemberData(global_index=0, role="worker", task_index=0,
-                      pod_ip=f"172.16.{subnet}.10", host_ip=f"192.168.{subnet}.10",
-                      devices=tuple(DeviceRecord(device_id=d, device_ip=f"10.{subnet}.0.{d + 1}")
-                                    for d in range(2)))
-    member = MemberDoc(run_id=run, attempt_id="a1", incarnation="u1", node_count=1,
-                       master_count=0, agent_version="t", data=data)
-    write_doc(paths.attempt_file, AttemptDoc(run_id=run, attempt_id="a1", opened_by="u1",
-                                             node_count=1, master_count=0), shared)
-    write_doc(paths.slot("a1", 0), member, shared)
-    if not outcome:
-        return
-    table = build_rank_table([ServerEntry(0, data.pod_ip, data.host_ip,
-                                          tuple(DeviceEntry(d.device_id, d.device_ip)
-                                                for d in data.devices))])
-    body = text if text is not None else json.dumps(table)
-    write_doc(paths.outcome("a1"), OutcomeDoc(
-        run_id=run, attempt_id="a1", result=result,  # type: ignore[arg-type]
-        reason="worker 0 (node 0) failed: no IP" if result == "abort" else "",
-        members=(TableRecord(global_index=0, incarnation="u1", digest=data.digest()),)
-        if result == "table" else (),
-        ranktable_text=body if result == "table" else "",
-        ranktable_sha256=hashlib.sha256(json.dumps(table).encode()).hexdigest()
-        if result == "table" else ""), shared)
+def publish_instance(shared: Path, task: str, subnet: int, **kw: object) -> None:
+    docs.publish_instance(shared, RUN, task, subnet, **kw)  # type: ignore[arg-type]
 
 
 def coordinator(shared: Path) -> None:
-    env = {**JOB, "ASCEND_NODE_PD_TASK": "coordinator", "VC_TASK_INDEX": "0",
-           "K8S_POD_IP": "172.16.0.10", "K8S_HOST_IP": "192.168.0.1", "POD_UID": "c0"}
-    announce(shared, RUN, read_pd_identity(env), env)
+    docs.announce_coordinator(shared, RUN, JOB)
 
 
 @pytest.mark.parametrize(("setup", "waiting"), [
@@ -181,3 +145,18 @@ def test_once_writes_one_table_and_watch_rewrites_only_on_a_change(tmp_path: Pat
     assert [g["group_id"] for g in doc["server_group_list"]] == ["0", "1", "2"]
     assert second != writes[0]  # this watcher wrote its first table too
     assert writes[0] == writes[1] and writes[2] != writes[1]  # one rewrite, on the change
+
+
+def test_a_watcher_reads_an_unchanged_outcome_once(tmp_path: Path) -> None:
+    from ascend_node.pd.service import Seen
+
+    publish_instance(tmp_path, "decode-0", 2)
+    seen: Seen = {}
+    first = read_instance(tmp_path, RUN, "decode-0", seen=seen)
+    slot = RunPaths(tmp_path, f"{RUN}-decode-0").slot("a1", 0)
+    slot.unlink()  # not read again while the outcome is the same file
+    assert read_instance(tmp_path, RUN, "decode-0", seen=seen) == first
+    publish_instance(tmp_path, "decode-0", 2)  # a new outcome (by rename): read afresh
+    slot.unlink()
+    again = read_instance(tmp_path, RUN, "decode-0", seen=seen)
+    assert again.table == first.table and again.host_ips == {}

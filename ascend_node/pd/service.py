@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -91,16 +92,46 @@ class InstanceState:
     waiting: str = ""  # why there is no table yet ("" when there is one)
 
 
+Seen = dict[str, tuple[str, tuple[int, int, int], "InstanceState"]]
+"""What a watcher already read, by task: (attempt id, the outcome file's identity, state)."""
+
+
 def read_instance(shared_dir: Path, run_id: str, task: str,
-                  key: Optional[RendezvousKey] = None) -> InstanceState:
+                  key: Optional[RendezvousKey] = None, seen: Optional[Seen] = None
+                  ) -> InstanceState:
     """The instance's table when its current attempt has one; never raises for what is on
-    the volume (a missing, invalid or aborted attempt is a reason to wait)."""
+    the volume (a missing, invalid or aborted attempt is a reason to wait).
+
+    With `seen`, an outcome file unchanged since the last look (same attempt, same inode,
+    size and mtime: outcomes are written once, by rename) is not read again, nor are its
+    members' documents: a watcher's look costs two small reads and a stat per instance."""
     run = f"{run_id}-{task}"
     paths = RunPaths(shared_dir, run)
     attempt = read_doc(paths.attempt_file, AttemptDoc, run, key)
     if not isinstance(attempt, Valid):
         return InstanceState(task, None, {}, _why(attempt, "no attempt yet"))
     aid = attempt.doc.attempt_id
+    stamp = _stamp(paths.outcome(aid))
+    if seen is not None and stamp is not None:
+        known = seen.get(task)
+        if known is not None and known[0] == aid and known[1] == stamp:
+            return known[2]
+    state = _read_outcome(paths, run, task, aid, key)
+    if seen is not None and stamp is not None:
+        seen[task] = (aid, stamp, state)
+    return state
+
+
+def _stamp(path: Path) -> Optional[tuple[int, int, int]]:
+    try:
+        info = os.stat(path, follow_symlinks=False)
+    except OSError:
+        return None
+    return info.st_ino, info.st_size, info.st_mtime_ns
+
+
+def _read_outcome(paths: RunPaths, run: str, task: str, aid: str,
+                  key: Optional[RendezvousKey]) -> InstanceState:
     outcome = read_doc(paths.outcome(aid), OutcomeDoc, run, key)
     if not isinstance(outcome, Valid):
         return InstanceState(task, None, {}, _why(outcome, f"attempt {aid} is still open"))
@@ -150,9 +181,10 @@ class ServiceView:
 
 
 def read_service(shared_dir: Path, run_id: str, counts: Mapping[str, int],
-                 key: Optional[RendezvousKey] = None) -> ServiceView:
+                 key: Optional[RendezvousKey] = None, seen: Optional[Seen] = None
+                 ) -> ServiceView:
     tasks = [f"{role}-{i}" for role in ("prefill", "decode") for i in range(counts[role])]
-    return ServiceView(tuple(read_instance(shared_dir, run_id, t, key) for t in tasks),
+    return ServiceView(tuple(read_instance(shared_dir, run_id, t, key, seen) for t in tasks),
                        read_service_pods(shared_dir, run_id, key))
 
 
