@@ -87,3 +87,28 @@ def pd_table(
         run_pd_table(shared, run, counts, flags, out or global_table_path(shared, run),
                      timeout=settings.timeout, watch=watch, owner=settings.file_owner,
                      key=key)
+
+
+@app.command("pd-boot", context_settings={"allow_extra_args": True,
+                                          "ignore_unknown_options": True})
+def pd_boot(
+    ctx: typer.Context,
+    config: Annotated[Optional[Path], typer.Option(
+        "--config", help="The role's MindIE-Motor configuration [default: "
+        "MINDIE_MS_CONTROLLER_CONFIG_FILE_PATH or MINDIE_MS_COORDINATOR_CONFIG_FILE_PATH]",
+        metavar="FILE", show_default=False)] = None,
+    shared_dir: SharedDir = None, run_id: RunId = None, timeout: Timeout = None,
+    rendezvous_key_file: RendezvousKeyFile = None,
+    verbose: Verbose = False, debug: Debug = False,
+) -> None:
+    """Start a PD service's coordinator or controller: check, then exec the command after --."""
+    logs.setup(verbose, debug_on(debug))
+    with exit_codes(debug_on(debug)):
+        signal.signal(signal.SIGTERM, on_sigterm)
+        from ascend_node.chain.table import rendezvous_key, require_rendezvous_settings
+        from ascend_node.pd.boot import pd_boot as run_pd_boot
+
+        settings = settings_from(verbose, **option_flags(locals()))
+        shared, run = require_rendezvous_settings(settings)
+        run_pd_boot(list(ctx.args), os.environ, shared, run, settings.timeout, config,
+                    rendezvous_key(settings, os.environ))
