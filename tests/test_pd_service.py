@@ -180,3 +180,26 @@ def test_pd_table_times_out_naming_the_missing_instance(tmp_path: Path) -> None:
     assert writer.returncode == 4, err
     assert "still waiting after 3 s for: decode-0 (no attempt yet)" in err
     assert not global_table_path(tmp_path / "shared", RUN).exists()
+
+
+def test_a_pd_server_boots_in_pd_mode(tmp_path: Path) -> None:
+    (tmp_path / "shared").mkdir()
+    spec = SimSpec(nodes=2, devices=4, masters=0, run_id=f"{RUN}-prefill-0", timeout=40,
+                   boot=True)
+    nodes = prepare(spec, tmp_path / "work", tmp_path / "shared")
+    for node in nodes:
+        me = read_pd_identity({**JOB, "ASCEND_NODE_PD_TASK": "prefill-0",
+                               "VC_TASK_INDEX": str(node.index)})
+        node.env.update({**instance_environ(me, RUN), **JOB,
+                         "ASCEND_NODE_PD_TASK": "prefill-0"})
+    results = launch(nodes, timeout=60)
+    assert [r.exit_code for r in results] == [0, 0], [r.cause for r in results]
+    for node in nodes:
+        config = json.loads(Path(node.env["MIES_CONFIG_JSON_PATH"]).read_text())
+        assert config["ServerConfig"]["inferMode"] == "dmi"
+        assert config["BackendConfig"]["multiNodesInferEnabled"] is True  # its instance's
+        daemon_env = dict(line.split("=", 1) for line in
+                          Path(node.env["ASCEND_NODE_SIM_REPORT"]).read_text().splitlines()
+                          if "=" in line)
+        assert daemon_env["MIES_CONTAINER_MANAGEMENT_IP"] == node.env["K8S_POD_IP"]
+        assert daemon_env["WORLD_SIZE"] == "8"

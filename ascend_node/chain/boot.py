@@ -116,10 +116,15 @@ def prepare_exec(
 
     table_env = dict(result.env)
     one_node = identity.node_count == 1
+    pd_server = _is_pd_server(environ)
     config_path: Optional[Path] = None
     if opts.launcher == "mindie":
         with events.phase("config"):
-            config_path = _configure_mindie(settings, env, result, opts)
+            config_path = _configure_mindie(settings, env, result, opts, pd_server)
+        if pd_server:  # the controller talks to its management port on the pod IP
+            from ascend_node.pd.server_config import pd_server_env
+
+            table_env.update(pd_server_env(identity.pod_ip))
         if one_node:
             # MindIE's docs: unset the rank table for single-node inference.
             for name in RANK_TABLE_VARS:
@@ -175,8 +180,18 @@ def _nic_env(launcher: str, pod_ip: str, env: Mapping[str, str]) -> dict[str, st
     return plan.env
 
 
+def _is_pd_server(environ: Mapping[str, str]) -> bool:
+    """A prefill or decode pod of a PD service; the PD modules load only for one."""
+    if not environ.get("ASCEND_NODE_PD_TASK"):
+        return False
+    from ascend_node.pd.roles import is_pd_server
+
+    return is_pd_server(environ)
+
+
 def _configure_mindie(
-    settings: Settings, env: Mapping[str, str], result: TableResult, opts: BootOptions
+    settings: Settings, env: Mapping[str, str], result: TableResult, opts: BootOptions,
+    pd_server: bool = False,
 ) -> Optional[Path]:
     """Patch config.json; its path, or None when this is not a MindIE container."""
     path = config_path_from_env(env)
@@ -194,6 +209,11 @@ def _configure_mindie(
         tls_certs_configured=opts.tls_certs, model_name=opts.model_name,
         model_weight_path=opts.model_weight_path,
     )
+    if pd_server:  # a prefill or decode instance of a PD service (docs/pd.md)
+        from ascend_node.pd.server_config import patch_pd_server
+
+        patched, more = patch_pd_server(patched)
+        changes += more
     owner = settings.file_owner
     uid, gid = owner if owner else (None, None)
     try:

@@ -54,6 +54,13 @@ class PdIdentity:
         return self.instance is not None
 
 
+def is_pd_server(environ: Mapping[str, str]) -> bool:
+    """Whether this pod is a prefill or decode server of a PD service (by its task name;
+    `read_pd_identity` judges the rest)."""
+    match = _TASK.fullmatch(environ.get(TASK_ENV, "").strip())
+    return match is not None and match.group(2) is not None
+
+
 def task_env_name(task: str) -> str:
     """`VC_<TASK>_NUM` for a task name, as Volcano's svc plugin spells it."""
     return "VC_" + task.upper().replace("-", "_") + "_NUM"
