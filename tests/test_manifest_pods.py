@@ -192,6 +192,7 @@ def test_no_pod_is_ready_before_the_load_and_all_are_soon_after(
             assert pod.first_ready_wall >= max(loaded[pod.name], loaded[master.name]), \
                 run.kb.describe()
             late = pod.first_ready_wall - max(loaded.values())
+            print(f"{pod.name}: Ready {late:.2f} s after the load ended")
             assert late <= READY_WITHIN_S, f"{pod.name} Ready {late:.1f} s after the load\n" \
                 + run.kb.describe()
             assert any(w.startswith("probe startup fail") for _, w in pod.events), \
@@ -204,7 +205,9 @@ def test_no_pod_is_ready_before_the_load_and_all_are_soon_after(
             assert env["POD_UID"] == pod.plan.uid and env["VC_WORKER_NUM"] == "1"
             assert env["ASCEND_VISIBLE_DEVICES"] == "0,1,2,3"
         # A daemon killed after Ready: its pod fails the probes and ends non-zero.
-        bed.podman("exec", master.name, "kill", "-KILL", str(run.daemon_pid(master.name)))
+        # (the exec itself may end 137: the container goes down with the daemon)
+        bed.podman("exec", master.name, "kill", "-KILL", str(run.daemon_pid(master.name)),
+                   check=False)
         run.kb.wait_for(lambda: master.phase == "Failed", 60, "the master pod Failed")
         assert master.exit_code not in (None, 0) and not master.ready
         ok, said = run.kb.probe(master, master.probes.workers["readiness"].spec)
