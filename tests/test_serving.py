@@ -263,3 +263,32 @@ def test_bad_flags_are_usage_errors(argv: list[str], tmp_path: Path) -> None:
                           timeout=60)
     assert done.returncode == 2, done.stdout + done.stderr
     assert len(done.stderr.strip().splitlines()) <= 2, done.stderr
+
+
+def test_a_server_that_keeps_the_connection_open_is_judged_at_once(tmp_path: Path) -> None:
+    """cpp-httplib honours `Connection: close`; one that does not must not cost a timeout."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    port = listener.getsockname()[1]
+    held: list[socket.socket] = []
+
+    def serve() -> None:
+        conn, _ = listener.accept()
+        conn.recv(4096)
+        conn.sendall(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n\r\n")
+        held.append(conn)  # never closed while the client reads
+
+    import threading
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    started = time.monotonic()
+    answer = ask(Endpoint("http", "127.0.0.1", port), "/v2/health/ready", 5)
+    assert answer.status == 503 and time.monotonic() - started < 2
+    thread.join(5)
+    for conn in held:
+        conn.close()
+    listener.close()
+    garbage = ask(Endpoint("http", "127.0.0.1", _free_port()), "/v2/health/ready", 1)
+    assert garbage.refused
