@@ -51,7 +51,6 @@ MAX_RETRY = 3
 STARTUP_PERIOD_S = 10
 STARTUP_GRACE_S = 300
 PROBE_TIMEOUT_S = 10
-READINESS_PERIOD_S = 30
 READINESS_FAILURES = 3
 
 # MindIE pods (docs/deploy.md, "Probes"): `status --serving` is the bootstrap's answer until
@@ -242,11 +241,11 @@ def startup_failure_threshold(timeout: int, load_timeout: int = 0,
 def _probes(p: ManifestParams, role: str) -> dict[str, Any]:
     """The container's probes. MindIE: startup = `status --serving` everywhere (a slave's
     answer is its master's: the instance serves as one); readiness (MindIE's) and liveness
-    only on the master, the pod that serves. Training: the bootstrap's startup and
-    readiness probes (`status`)."""
+    only on the master, the pod that serves. Training: the bootstrap's startup probe
+    (`status`) alone: no Service routes to a training pod, so no readiness gate, and the
+    launcher's own exit is its liveness (it ends the container)."""
     if p.kind != "mindie":
-        return {"startupProbe": _probe(STARTUP_PERIOD_S, startup_failure_threshold(p.timeout)),
-                "readinessProbe": _probe(READINESS_PERIOD_S, READINESS_FAILURES)}
+        return {"startupProbe": _probe(STARTUP_PERIOD_S, startup_failure_threshold(p.timeout))}
     load = DEFAULT_LOAD_TIMEOUT_S if p.load_timeout is None else p.load_timeout
     out = {"startupProbe": _probe(
         SERVING_STARTUP_PERIOD_S,

@@ -244,16 +244,16 @@ def test_driver_mounts_can_be_left_out() -> None:
 
 @pytest.mark.parametrize("timeout", [1, 900, 3600])
 def test_training_probes_call_status_and_outlast_the_peer_wait(timeout) -> None:
+    """Training: the bootstrap's startup probe only (no Service, so no readiness gate)."""
     for task in _tasks(render_job(params("training", 2, timeout=timeout))).values():
         c = _container(task)
-        for probe in ("startupProbe", "readinessProbe"):
-            assert c[probe]["exec"]["command"] == ["ascend-node", "status"]
-            assert c[probe]["timeoutSeconds"] >= 5
         start = c["startupProbe"]
+        assert start["exec"]["command"] == ["ascend-node", "status"]
+        assert start["timeoutSeconds"] >= 5
         budget = start["periodSeconds"] * start["failureThreshold"]
         assert budget >= timeout + STARTUP_GRACE_S
         assert budget < timeout + STARTUP_GRACE_S + start["periodSeconds"]
-        assert "livenessProbe" not in c
+        assert "livenessProbe" not in c and "readinessProbe" not in c
 
 
 @pytest.mark.parametrize(("timeout", "load"), [(1, None), (900, None), (900, 60),
