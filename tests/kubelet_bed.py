@@ -32,13 +32,15 @@ template of the Job that `ascend-node manifest` prints, on top of scripts/contai
   freshly started kubelet), scheduling (affinity, nodeSelector: every pod gets its own
   node), image pulls, resource limits other than the NPUs.
 
-`podman kube play` was considered and not used: it takes a Pod/Deployment (not a Volcano
-Job: its tasks would have to be cut out and renamed by hand, and Volcano's env is not
-injected), it does not resolve `status.podIP`/`status.hostIP` downward-API fields for
-containers on a bridge, it does not know PVC claims without pre-made named volumes, and
-its own probe support only turns a failing liveness probe into a restart of the
-*container* by podman's healthcheck timer — no startup gate, no readiness, no
-restartPolicy Never — which is exactly what has to be proven here.
+`podman kube play` was considered and not used. By the support tables of its own man page
+(podman 4.3.1, the Debian 12 podman these machines run) it takes Pods, Deployments, PVCs and
+ConfigMaps, not a Volcano Job (its tasks would have to be cut out and renamed by hand, and
+nothing injects Volcano's env); its volumes are hostPath, emptyDir and
+persistentVolumeClaim (a named volume), no Secret volume; it honours `restartPolicy`,
+`env.valueFrom.fieldRef`, `securityContext.runAsUser/runAsGroup` and `livenessProbe` (as a
+podman healthcheck), but not `readinessProbe`, `startupProbe`,
+`terminationGracePeriodSeconds`, `terminationMessagePath`, `runAsNonRoot` or
+`capabilities.add/drop` — and the startup gate and readiness are what has to be proven.
 
 The pure parts — `ProbeSpec`, `ProbeWorker`, `ContainerProbes` and `simulate` (virtual
 time) — are unit-tested in tests/test_kubelet_bed.py; `KubeletBed` is the door to podman.
