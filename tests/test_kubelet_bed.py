@@ -133,3 +133,48 @@ def test_security_context_becomes_podman_flags() -> None:
         security_args({"runAsNonRoot": True}, {})
     with pytest.raises(KubeletError, match="seLinuxOptions"):
         security_args({}, {"seLinuxOptions": {}})
+
+
+def test_http_and_tcp_probes_ask_the_pod_ip_as_the_kubelet_does(tmp_path: Any) -> None:
+    """httpGet: 200-399 is success, named ports resolve to containerPorts; tcpSocket:
+    a connection is success (against loopback standing in for the pod IP)."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+    from types import SimpleNamespace
+
+    from tests.kubelet_bed import ContainerProbes, KubeletBed, PodRun
+
+    codes = {"/ok": 200, "/moved": 302, "/busy": 503}
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(codes.get(self.path, 404))
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Handler)
+    port = server.server_address[1]
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        kb = KubeletBed(SimpleNamespace(work=tmp_path), {"metadata": {"name": "j"}}, 1, {})
+        plan = _plan(ip="127.0.0.1", container={"ports": [{"name": "mgmt",
+                                                            "containerPort": port}]})
+        run = PodRun(plan, ContainerProbes([]))
+
+        def http(path: str, p: Any = port) -> bool:
+            probe = ProbeSpec("readiness", {"httpGet": {"path": path, "port": p}}, timeout=2)
+            return kb.probe(run, probe)[0]
+
+        assert http("/ok") and http("/moved") and http("/ok", "mgmt")
+        assert not http("/busy") and not http("/missing")
+        assert kb.probe(run, ProbeSpec("liveness", {"tcpSocket": {"port": port}}))[0]
+        with pytest.raises(KubeletError, match="named port"):
+            http("/ok", "nope")
+    finally:
+        server.shutdown()
+        server.server_close()
+    closed = ProbeSpec("liveness", {"tcpSocket": {"port": port}})
+    assert not kb.probe(run, closed)[0]
