@@ -97,7 +97,7 @@ def serving_status(state_dir: Path, environ: Mapping[str, str],
         return view
     from ascend_node.errors import AscendNodeError
     from ascend_node.handoff.mindie_config import config_path_from_env
-    from ascend_node.handoff.serving import read_config, serving
+    from ascend_node.handoff.serving import client_cert_from_env, read_config, serving
 
     # exec keeps the pid: the agent's pid in status.json is now the server's.
     if not _alive(doc.pid):
@@ -109,7 +109,7 @@ def serving_status(state_dir: Path, environ: Mapping[str, str],
                        "launcher): nothing to ask")
     try:
         config = read_config(config_path_from_env({**environ, **handed}))
-        verdict = serving(config, handed, probe, timeout)
+        verdict = serving(config, handed, probe, timeout, client_cert_from_env(environ))
     except AscendNodeError as exc:
         return replace(view, state="abnormal", exit_code=EXIT_FAILED, detail=exc.cause)
     return replace(view, state=verdict.state, exit_code=verdict.exit_code,

@@ -107,7 +107,7 @@ class FakeMindIE:
     """fake_mindie.py in its own process; `state_dir` says boot exec'd it (its pid)."""
 
     def __init__(self, work: Path, load_s: float, https: bool = False,
-                 load_status: int = 503) -> None:
+                 load_status: int = 503, client_ca: str = "") -> None:
         self.port = _free_port()
         self.install = work / "mindie-service"
         (self.install / "conf").mkdir(parents=True)
@@ -126,7 +126,8 @@ class FakeMindIE:
         self.env = {**os.environ, "MIES_INSTALL_PATH": str(self.install),
                     "ASCEND_NODE_SIM_LOAD_S": str(load_s),
                     "ASCEND_NODE_SIM_LOAD_STATUS": str(load_status),
-                    "ASCEND_NODE_SIM_REPORT": str(self.report)}
+                    "ASCEND_NODE_SIM_REPORT": str(self.report),
+                    "ASCEND_NODE_SIM_CLIENT_CA": client_ca}
         self.proc = subprocess.Popen([sys.executable, "-m", "ascend_node.sim.fake_mindie"],
                                      env=self.env, stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE, text=True)
@@ -220,6 +221,31 @@ def test_https_as_the_config_says_without_verifying_the_pod_ip(
     # and plain http against the TLS port is not taken for an answer
     answer = ask(Endpoint("http", "127.0.0.1", fake.port), "/v2/health/ready", 3)
     assert answer.status != 200
+
+
+def _self_signed(where: Path, name: str) -> tuple[str, str]:
+    cert, key = where / f"{name}.pem", where / f"{name}.key"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-subj",
+                    f"/CN={name}", "-days", "1", "-keyout", str(key), "-out", str(cert)],
+                   check=True, capture_output=True, timeout=60)
+    return str(cert), str(key)
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl makes the test certificate")
+def test_two_way_tls_needs_the_probe_certificate(tmp_path: Path,
+                                                 fakes: list[FakeMindIE]) -> None:
+    cert, key = _self_signed(tmp_path, "probe")
+    fake = FakeMindIE(tmp_path / "m", load_s=0.0, https=True, client_ca=cert)
+    fakes.append(fake)
+    refused = fake.status()
+    assert refused.returncode == 1 and "no answer from https://" in refused.stdout, \
+        refused.stdout
+    fake.env.update(ASCEND_NODE_SERVING_CERT=cert, ASCEND_NODE_SERVING_KEY=key)
+    served = fake.status()
+    assert served.returncode == 0, served.stdout + served.stderr
+    fake.env.pop("ASCEND_NODE_SERVING_KEY")
+    half = fake.status()
+    assert half.returncode == 1 and "ASCEND_NODE_SERVING_KEY" in half.stdout, half.stdout
 
 
 def test_before_exec_serving_answers_as_status_does(tmp_path: Path) -> None:

@@ -125,8 +125,13 @@ def judge(probe: Probe, answer: Answer, url: str) -> Verdict:
     return Verdict(EXIT_ABNORMAL, "abnormal", f"no answer from {url}: {answer.error}")
 
 
-def ask(endpoint: Endpoint, path: str, timeout: float = DEFAULT_TIMEOUT_S) -> Answer:
+def ask(endpoint: Endpoint, path: str, timeout: float = DEFAULT_TIMEOUT_S,
+        client_cert: Optional[tuple[str, str]] = None) -> Answer:
     """One GET; never raises for network trouble (the answer says what happened).
+
+    `client_cert` (certificate file, key file) is presented over https: MindIE's TLS is
+    two-way when its config names CAs to verify clients with (`managementTlsCaFile`), and a
+    probe without a certificate then fails the handshake.
 
     A plain HTTP/1.1 request on a socket rather than `http.client`: the probe runs every few
     seconds in every pod, and http.client's imports (the email parser) cost it ~20 ms a run.
@@ -149,6 +154,8 @@ def ask(endpoint: Endpoint, path: str, timeout: float = DEFAULT_TIMEOUT_S) -> An
             ctx = ssl.create_default_context()
             ctx.check_hostname = False  # a pod IP: no certificate names it
             ctx.verify_mode = ssl.CERT_NONE
+            if client_cert is not None:
+                ctx.load_cert_chain(*client_cert)
             sock = ctx.wrap_socket(sock)
         sock.sendall(request.encode("ascii"))
         data = b""
@@ -208,13 +215,29 @@ def ask_host(env: Mapping[str, str]) -> Optional[str]:
     return master if master and mine and master != mine else None
 
 
+CLIENT_CERT_ENV = ("ASCEND_NODE_SERVING_CERT", "ASCEND_NODE_SERVING_KEY")
+
+
+def client_cert_from_env(environ: Mapping[str, str]) -> Optional[tuple[str, str]]:
+    """The probe's client certificate and key (both or neither), for two-way TLS."""
+    cert, key = (environ.get(name, "").strip() for name in CLIENT_CERT_ENV)
+    if bool(cert) != bool(key):
+        raise ConfigError(f"only one of {' and '.join(CLIENT_CERT_ENV)} is set",
+                          "set both (a client certificate and its key) or neither")
+    for name, path in zip(CLIENT_CERT_ENV, (cert, key)):
+        if path and not Path(path).is_file():
+            raise ConfigError(f"{name}={path} is not a file", f"fix or unset {name}")
+    return (cert, key) if cert else None
+
+
 def serving(config: Mapping[str, Any], env: Mapping[str, str], probe: Probe = "ready",
-            timeout: float = DEFAULT_TIMEOUT_S) -> Verdict:
+            timeout: float = DEFAULT_TIMEOUT_S,
+            client_cert: Optional[tuple[str, str]] = None) -> Verdict:
     """Ask MindIE (this node's, or the master's on a slave) and judge its answer."""
     endpoint = endpoint_from_config(config, ask_host(env))
     path = READY_PATH if probe == "ready" else LIVE_PATH
     url = endpoint.url(path)
-    verdict = judge(probe, ask(endpoint, path, timeout), url)
+    verdict = judge(probe, ask(endpoint, path, timeout, client_cert), url)
     if ask_host(env) is not None:
         return Verdict(verdict.exit_code, verdict.state,
                        f"{verdict.detail} [this node is a slave; the master answers for the "
@@ -222,5 +245,5 @@ def serving(config: Mapping[str, Any], env: Mapping[str, str], probe: Probe = "r
     return verdict
 
 
-__all__ = ["Answer", "Endpoint", "Verdict", "ask", "endpoint_from_config", "judge",
-           "read_config", "serving"]
+__all__ = ["Answer", "Endpoint", "Verdict", "ask", "client_cert_from_env",
+           "endpoint_from_config", "judge", "read_config", "serving"]

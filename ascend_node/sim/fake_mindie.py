@@ -15,7 +15,8 @@ answers `GET /v2/health/ready` and `/v2/health/live` with MindIE's codes
   ASCEND_NODE_SIM_REPORT is set, writes `<report>.loaded` (the wall-clock time the load
   ended, for tests that measure how soon probes notice);
 - SIGUSR1 turns it abnormal (500 on both, as MindIE's "Service is abnormal"), SIGUSR2
-  busy (ready 503, live 200). SIGTERM ends it with the signal (exit 143 under tini).
+  busy (ready 503, live 200). SIGTERM ends it with the signal (exit 143 under tini);
+- ASCEND_NODE_SIM_CLIENT_CA: over https, require a client certificate signed by that CA.
 
 Standard library only; runs under the image's python3.
 """
@@ -99,6 +100,10 @@ def make_server(config: dict[str, Any], install: Path, state: State) -> Threadin
                                         "security/keys/management/server.key.pem")
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         ctx.load_cert_chain(str(cert), str(key))
+        client_ca = os.environ.get("ASCEND_NODE_SIM_CLIENT_CA", "")
+        if client_ca:  # two-way TLS, as MindIE's with managementTlsCaFile
+            ctx.verify_mode = ssl.CERT_REQUIRED
+            ctx.load_verify_locations(client_ca)
         httpd.socket = ctx.wrap_socket(httpd.socket, server_side=True)
     return httpd
 
