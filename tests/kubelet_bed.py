@@ -326,6 +326,8 @@ class PodRun:
     wake: dict[str, threading.Event] = field(default_factory=dict)
     ready_since: Optional[float] = None
     first_ready_wall: Optional[float] = None  # time.time() when it first turned Ready
+    # every probe run: (kind, started, ended (time.time()), success, what it said)
+    probe_log: list[tuple[str, float, float, bool, str]] = field(default_factory=list)
 
     @property
     def name(self) -> str:
@@ -550,10 +552,12 @@ class KubeletBed:
             with run.lock:
                 wants = worker.wants(run.probes.started, tick - run.started_at)
             if wants:
+                began = time.time()
                 ok, said = self.probe(run, spec)
                 with run.lock:
                     if run.exit_code is not None:
                         return
+                    run.probe_log.append((kind, began, time.time(), ok, said))
                     run.note(f"probe {kind} {'ok' if ok else 'fail'}: {said}")
                     was_ready = run.probes.ready
                     kill, started = run.probes.record(kind, ok)

@@ -44,7 +44,8 @@ ROOT = Path(__file__).resolve().parents[1]
 SUBNETS = itertools.count(171)
 NPUS = 4
 LOAD_S = 8.0  # the fake daemon's "weight load"
-READY_WITHIN_S = 5.0  # the target: Ready this soon after the load ends
+READY_TARGET_S = 5.0  # the target, measured (docs/benchmarks.md), not asserted
+READY_DEADLINE_S = 60.0  # asserted: two startup periods and two probe runs at any load
 MODEL_PATH = "/mnt/model"
 SIM_DIR = ".sim"  # on the PVC: each pod's daemon report and load-end mark
 
@@ -169,13 +170,14 @@ CASES = [
     pytest.param(["--no-https"], {}, id="plain-http"),
     pytest.param(["--no-https", "--rendezvous-key-secret", "job-key"],
                  {"job-key": {"key": random_source.token_hex(32)}}, id="key-secret"),
+    pytest.param(["--no-https", "--rdma-resource", "rdma/hca"], {}, id="rdma-ipc-lock"),
 ]
 
 
 @pytest.mark.parametrize(("flags", "secrets"), CASES)
 def test_no_pod_is_ready_before_the_load_and_all_are_soon_after(
         bed: Any, flags: list[str], secrets: dict[str, Any]) -> None:
-    name = f"pods-{len(flags)}"
+    name = f"pods-{len(flags)}-{len(secrets)}"
     job = render(name, 2, *flags)
     with Run(bed, job, secrets=secrets) as run:
         pods = run.kb.pods
@@ -183,20 +185,30 @@ def test_no_pod_is_ready_before_the_load_and_all_are_soon_after(
                         "every fake daemon finished its load")
         loaded = {p.name: run.loaded_at(p.name) for p in pods}
         run.kb.wait_for(lambda: all(p.first_ready_wall for p in pods),
-                        max(loaded.values()) - time.time() + READY_WITHIN_S + 30,
+                        max(loaded.values()) - time.time() + READY_DEADLINE_S + 30,
                         "every pod Ready")
         master = pods[0]
         for pod in pods:
             assert pod.first_ready_wall is not None
             # a pod is Ready only once MindIE says so (a worker: its master, the instance)
-            assert pod.first_ready_wall >= max(loaded[pod.name], loaded[master.name]), \
-                run.kb.describe()
-            late = pod.first_ready_wall - max(loaded.values())
-            print(f"{pod.name}: Ready {late:.2f} s after the load ended")
-            assert late <= READY_WITHIN_S, f"{pod.name} Ready {late:.1f} s after the load\n" \
-                + run.kb.describe()
-            assert any(w.startswith("probe startup fail") for _, w in pod.events), \
+            served = max(loaded[pod.name], loaded[master.name])
+            assert pod.first_ready_wall >= served, run.kb.describe()
+            assert any(not ok for kind, _, _, ok, _ in pod.probe_log if kind == "startup"), \
                 "the startup probe must have waited through the load"
+            # and the probes tell the truth at once: every probe begun after MindIE served
+            # succeeded, so how soon a pod is Ready is the probe period (test_manifest holds
+            # it to 3 s) plus the probe's own run, whatever the machine's load
+            late_probes = [(k, said) for k, began, _, ok, said in pod.probe_log
+                           if began > served + 0.2 and not ok]
+            assert not late_probes, late_probes
+            late = pod.first_ready_wall - max(loaded.values())
+            print(f"{pod.name}: Ready {late:.2f} s after the load ended (target "
+                  f"{READY_TARGET_S:g} s, "
+                  f"load average {os.getloadavg()[0]:.1f})")
+            # The target (docs/benchmarks.md) is 5 s; asserted only as a deadline that a
+            # machine at any load meets (2 periods + 2 probe runs at worst).
+            assert late <= READY_DEADLINE_S, f"{pod.name} Ready {late:.1f} s after the load\n" \
+                + run.kb.describe()
             # what Volcano, the kubelet and the device plugin gave the pod reached the server
             env = run.daemon_env(pod.name)
             assert env["MIES_CONTAINER_IP"] == pod.plan.ip == env["K8S_POD_IP"]
@@ -204,6 +216,11 @@ def test_no_pod_is_ready_before_the_load_and_all_are_soon_after(
             assert env["WORLD_SIZE"] == str(2 * NPUS)
             assert env["POD_UID"] == pod.plan.uid and env["VC_WORKER_NUM"] == "1"
             assert env["ASCEND_VISIBLE_DEVICES"] == "0,1,2,3"
+            # the container's securityContext is the one it runs with
+            added = pod.plan.container.get("securityContext", {}).get("capabilities", {})
+            caps = bed.inspect(pod.name).get("EffectiveCaps") or []
+            for cap in added.get("add", []):
+                assert f"CAP_{cap}" in caps, (cap, caps)
         # A daemon killed after Ready: its pod fails the probes and ends non-zero.
         # (the exec itself may end 137: the container goes down with the daemon)
         bed.podman("exec", master.name, "kill", "-KILL", str(run.daemon_pid(master.name)),

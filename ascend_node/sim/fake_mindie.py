@@ -12,8 +12,8 @@ answers `GET /v2/health/ready` and `/v2/health/live` with MindIE's codes
 - while "loading weights" (ASCEND_NODE_SIM_LOAD_S seconds, default 0): 503 on both, or
   ASCEND_NODE_SIM_LOAD_STATUS (e.g. 500) — MindIE's health flag is not set yet;
 - then 200 on both, prints MindIE's "Daemon start success!" and, when
-  ASCEND_NODE_SIM_REPORT is set, writes `<report>.loaded` (the wall-clock time the load
-  ended, for tests that measure how soon probes notice);
+  ASCEND_NODE_SIM_REPORT is set, writes `<report>.loaded` (the wall-clock time the answers
+  turned 200, for tests that measure how soon probes notice);
 - SIGUSR1 turns it abnormal (500 on both, as MindIE's "Service is abnormal"), SIGUSR2
   busy (ready 503, live 200). SIGTERM ends it with the signal (exit 143 under tini);
 - ASCEND_NODE_SIM_CLIENT_CA: over https, require a client certificate signed by that CA.
@@ -42,6 +42,7 @@ class State:
 
     def __init__(self, load_s: float, load_status: int) -> None:
         self.loaded_at = time.monotonic() + load_s
+        self.loaded_wall = time.time() + load_s  # when answers turn 200, on the wall clock
         self.load_status = load_status
         self.mode = "normal"
 
@@ -131,7 +132,8 @@ def main() -> int:
     time.sleep(max(0.0, state.loaded_at - time.monotonic()))
     report = environ.get("ASCEND_NODE_SIM_REPORT", "")
     if report:
-        Path(report + ".loaded").write_text(f"{time.time():.3f}\n")
+        # the moment the answers turned 200, not when this thread woke (later, under load)
+        Path(report + ".loaded").write_text(f"{state.loaded_wall:.3f}\n")
     print("Daemon start success!", flush=True)
     while True:
         time.sleep(3600)
