@@ -15,7 +15,8 @@ template of the Job that `ascend-node manifest` prints, on top of scripts/contai
   (`persistentVolumeClaim` -> one shared host directory per claim; `hostPath` -> that path
   under the pod's fake *node* root, with `type: File|Directory` checked as the kubelet
   checks it; `emptyDir` -> a fresh directory, `/dev/shm` with `medium: Memory` -> podman's
-  shm; `secret` -> its items as files with `defaultMode`), the `securityContext` (pod and
+  shm; `secret` -> its items as files with `defaultMode`; `subPath` -> that entry, the
+  file itself), the `securityContext` (pod and
   container level: runAsUser/Group, runAsNonRoot, fsGroup, supplementalGroups,
   capabilities, readOnlyRootFilesystem, allowPrivilegeEscalation), `/dev/termination-log`,
   `restartPolicy: Never`, and the **probes on their schedule**: one worker per probe as in
@@ -452,14 +453,39 @@ class KubeletBed:
     def _mount(self, plan: PodPlan, here: Path, node: Path, vol: Mapping[str, Any],
                m: Mapping[str, Any], fs_group: Any) -> list[str]:
         inner, ro = m["mountPath"], ":ro" if m.get("readOnly") else ""
-        if "subPath" in m:
-            raise KubeletError(f"{plan.name}: subPath mounts are not imitated")
+        sub = str(m.get("subPath", ""))
+        if sub.startswith("/") or ".." in sub.split("/"):
+            raise KubeletError(f"{plan.name}: subPath {sub!r} must be a relative path "
+                               "without '..' (the API server refuses it)")
+        if "emptyDir" in vol and vol["emptyDir"].get("medium") == "Memory":
+            if sub:
+                raise KubeletError(f"{plan.name}: subPath of a memory emptyDir is not imitated")
+            if inner == "/dev/shm":
+                return ["--shm-size", str(vol["emptyDir"].get("sizeLimit", "1g")).lower()
+                        .replace("gi", "g").replace("mi", "m")]
+            return ["--tmpfs", f"{inner}:rw,mode=1777"]
+        source, ro = self._volume_source(plan, here, node, vol, fs_group, ro)
+        if sub:
+            # The kubelet mounts that entry of the volume (creating a missing directory in
+            # writable volumes; a Secret's key must exist). The file itself, not a symlink.
+            source = source / sub
+            if "secret" in vol:
+                if not source.is_file():
+                    raise KubeletError(f"{plan.name}: Secret {vol['secret']['secretName']!r} "
+                                       f"has no item {sub!r}")
+            elif not source.exists():
+                source.mkdir(parents=True)
+        return ["-v", f"{source}:{inner}{ro}"]
+
+    def _volume_source(self, plan: PodPlan, here: Path, node: Path, vol: Mapping[str, Any],
+                       fs_group: Any, ro: str) -> tuple[Path, str]:
+        """The host directory behind a volume (written now for emptyDir and Secret)."""
         if "persistentVolumeClaim" in vol:
             claim = vol["persistentVolumeClaim"]["claimName"]
             if claim not in self.pvcs:
                 raise KubeletError(f"{plan.name}: PVC {claim!r} is not bound (the bed has "
                                    f"{sorted(self.pvcs)})")
-            return ["-v", f"{self.pvcs[claim]}:{inner}{ro}"]
+            return self.pvcs[claim], ro
         if "hostPath" in vol:
             path, kind = vol["hostPath"]["path"], vol["hostPath"].get("type", "")
             host = node / path.lstrip("/")
@@ -471,17 +497,14 @@ class KubeletBed:
                                    "exist on the node (the kubelet fails the pod)")
             if kind == "DirectoryOrCreate":
                 host.mkdir(parents=True, exist_ok=True)
-            return ["-v", f"{host}:{inner}{ro}"]
+            return host, ro
         if "emptyDir" in vol:
-            if vol["emptyDir"].get("medium") == "Memory":
-                if inner == "/dev/shm":
-                    return ["--shm-size", str(vol["emptyDir"].get("sizeLimit", "1g")).lower()
-                            .replace("gi", "g").replace("mi", "m")]
-                return ["--tmpfs", f"{inner}:rw,mode=1777"]
             host = here / "emptydir" / vol["name"]
             host.mkdir(parents=True, exist_ok=True)
             host.chmod(0o777)  # the kubelet makes emptyDirs world-writable
-            return ["-v", f"{host}:{inner}{ro}"]
+            if fs_group is not None:
+                shutil.chown(host, group=int(fs_group))
+            return host, ro
         if "secret" in vol:
             name = vol["secret"]["secretName"]
             if name not in self.secrets:
@@ -494,13 +517,16 @@ class KubeletBed:
             mode = int(vol["secret"].get("defaultMode", 0o644))
             items = vol["secret"].get("items") or [{"key": k, "path": k} for k in data]
             for item in items:
+                if item["key"] not in data:
+                    raise KubeletError(f"{plan.name}: Secret {name!r} has no key "
+                                       f"{item['key']!r}")
                 target = host / item["path"]
                 target.parent.mkdir(parents=True, exist_ok=True)
                 target.write_text(data[item["key"]])
                 target.chmod(int(item.get("mode", mode)))
                 if fs_group is not None:
                     shutil.chown(target, group=int(fs_group))
-            return ["-v", f"{host}:{inner}:ro"]
+            return host, ":ro"
         raise KubeletError(f"{plan.name}: volume {vol} is of a kind the bed does not imitate")
 
     # -- running ------------------------------------------------------------------

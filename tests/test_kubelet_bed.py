@@ -8,6 +8,9 @@ pkg/kubelet/prober/worker.go and prober_manager.go.
 
 from __future__ import annotations
 
+import json
+import os
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -178,3 +181,50 @@ def test_http_and_tcp_probes_ask_the_pod_ip_as_the_kubelet_does(tmp_path: Any) -
         server.server_close()
     closed = ProbeSpec("liveness", {"tcpSocket": {"port": port}})
     assert not kb.probe(run, closed)[0]
+
+
+def test_the_pod_template_becomes_one_podman_run(tmp_path: Any) -> None:
+    """Volumes, env, entrypoint, securityContext of a rendered pod, without podman."""
+    from types import SimpleNamespace
+
+    from tests.kubelet_bed import KubeletBed
+
+    job = render_job(ManifestParams(kind="mindie", name="job", nodes=2, image="img", pvc="m",
+                                    run_id="r", rendezvous_key_secret="k", npus_per_node=4))
+    worker = job["spec"]["tasks"][1]["template"]["spec"]
+    worker["securityContext"] = {"runAsUser": 1001, "runAsGroup": 1001, "fsGroup": 1001}
+    worker["volumes"].append({"name": "tls", "secret": {"secretName": "tls"}})
+    worker["containers"][0]["volumeMounts"].append(
+        {"name": "tls", "mountPath": "/opt/tls/server.pem", "subPath": "server.pem"})
+    fake_bed = SimpleNamespace(work=tmp_path, cgroup_args=lambda name: [])
+
+    def node(root: Any, plan: Any) -> None:
+        (root / "usr/local/Ascend/driver").mkdir(parents=True, exist_ok=True)
+        (root / "etc").mkdir(exist_ok=True)
+        (root / "etc/hccn.conf").write_text("address_0=1.2.3.4\n")
+
+    kb = KubeletBed(fake_bed, job, 9, {"m": tmp_path / "pvc"},
+                    {"k": {"key": "secret-key"}, "tls": {"server.pem": "PEM"}},
+                    node_files=node)
+    master, worker_plan = kb.plans()
+    argv = kb.run_argv(worker_plan)
+    assert argv[argv.index("--user") + 1] == "1001:1001" and "--group-add" in argv
+    assert f"{tmp_path / 'pvc'}:/mnt/model" in argv
+    tls = next(a for a in argv if a.endswith(":/opt/tls/server.pem:ro"))
+    assert Path(tls.split(":")[0]).read_text() == "PEM"  # the file itself, not a directory
+    key_mount = next(a for a in argv if ":/etc/ascend-node/rendezvous-key" in a)
+    assert key_mount.endswith(":ro")
+    assert oct(os.stat(key_mount.split(":")[0] + "/key").st_mode & 0o777) == "0o440"
+    assert argv[argv.index("--entrypoint") + 1] == json.dumps(
+        ["tini", "--", "ascend-node", "boot", "--"])
+    env = dict(a.split("=", 1) for a in argv[1:] if "=" in a and not a.startswith("-"))
+    assert env["VC_TASK_INDEX"] == "0" and env["ROLE"] == "worker"
+    assert env["ASCEND_VISIBLE_DEVICES"] == "0,1,2,3" and env["K8S_POD_IP"] == worker_plan.ip
+    assert "--shm-size" in argv
+    # a node without the driver or /etc/hccn.conf fails the pod, as the kubelet fails it
+    bare = KubeletBed(fake_bed, job, 9, {"m": tmp_path / "pvc"}, {"k": {"key": "x"}})
+    with pytest.raises(KubeletError, match="does not exist on the node"):
+        bare.run_argv(master)
+    with pytest.raises(KubeletError, match="Secret 'k' does not exist"):
+        KubeletBed(fake_bed, job, 9, {"m": tmp_path / "pvc"}, {}, node_files=node).run_argv(
+            master)
