@@ -51,8 +51,21 @@ MAX_RETRY = 3
 STARTUP_PERIOD_S = 10
 STARTUP_GRACE_S = 300
 PROBE_TIMEOUT_S = 10
-READINESS_PERIOD_S = 30
 READINESS_FAILURES = 3
+
+# MindIE pods (docs/deploy.md, "Probes"): `status --serving` is the bootstrap's answer until
+# boot exec's the daemon, then MindIE's own /v2/health/ready (handoff/serving.py). So the
+# startup probe also waits for the weights to load: its window adds --load-timeout (2 h by
+# default: hundreds of GB from shared storage) to the bootstrap's; it gates readiness and
+# liveness, so nothing restarts a pod while it loads. Its short period is how soon a pod
+# turns Ready once MindIE is (an exec of a small Python command every 3 s).
+SERVING_COMMAND = [*STATUS_COMMAND, "--serving"]
+LIVE_COMMAND = [*SERVING_COMMAND, "--live"]
+DEFAULT_LOAD_TIMEOUT_S = 7200
+SERVING_STARTUP_PERIOD_S = 3
+SERVING_READINESS_PERIOD_S = 5
+LIVENESS_PERIOD_S = 10
+LIVENESS_FAILURES = 3
 
 MINDIE_HTTP_PORT = 1025  # ServerConfig.port in MindIE's default config.json
 MINDIE_MAX_NODES = 60  # MindIE rejects server_count above 60
@@ -97,6 +110,9 @@ class ManifestParams:
     # MindIE's httpsEnabled as ASCEND_NODE_HTTPS (None: the image's config.json decides;
     # MindIE's shipped file says true and then needs certificates, docs/mindie-config.md).
     https: Optional[bool] = None
+    # How long MindIE may load its weights after exec before the startup probe gives up
+    # (None: DEFAULT_LOAD_TIMEOUT_S); MindIE jobs only.
+    load_timeout: Optional[int] = None
 
     def __post_init__(self) -> None:
         validate(self)
@@ -127,6 +143,11 @@ def validate(p: ManifestParams) -> None:
             "use --npus-per-node 16 (the default with --a3) or 8",
         )
     _check_int("timeout", p.timeout, 1, 7 * 24 * 3600)
+    if p.load_timeout is not None:
+        if p.kind != "mindie":
+            raise UsageError("--load-timeout is how long MindIE may load its weights; a "
+                             "training job has no such wait", "leave it out with --kind training")
+        _check_int("load_timeout", p.load_timeout, 60, 7 * 24 * 3600)
     if p.https is not None and p.kind != "mindie":
         raise UsageError("--https/--no-https is MindIE's httpsEnabled; a training job has none",
                          "leave it out with --kind training")
@@ -210,9 +231,30 @@ def pod_names(name: str, nodes: int) -> list[str]:
     return [f"{name}-master-0"] + [f"{name}-worker-{i}" for i in range(nodes - 1)]
 
 
-def startup_failure_threshold(timeout: int) -> int:
-    """Probe failures the startup probe tolerates: longer than the agent may wait."""
-    return math.ceil((timeout + STARTUP_GRACE_S) / STARTUP_PERIOD_S)
+def startup_failure_threshold(timeout: int, load_timeout: int = 0,
+                              period: int = STARTUP_PERIOD_S) -> int:
+    """Probe failures the startup probe tolerates: longer than the agent may wait (plus,
+    for MindIE, the weight load)."""
+    return math.ceil((timeout + STARTUP_GRACE_S + load_timeout) / period)
+
+
+def _probes(p: ManifestParams, role: str) -> dict[str, Any]:
+    """The container's probes. MindIE: startup = `status --serving` everywhere (a slave's
+    answer is its master's: the instance serves as one); readiness (MindIE's) and liveness
+    only on the master, the pod that serves. Training: the bootstrap's startup probe
+    (`status`) alone: no Service routes to a training pod, so no readiness gate, and the
+    launcher's own exit is its liveness (it ends the container)."""
+    if p.kind != "mindie":
+        return {"startupProbe": _probe(STARTUP_PERIOD_S, startup_failure_threshold(p.timeout))}
+    load = DEFAULT_LOAD_TIMEOUT_S if p.load_timeout is None else p.load_timeout
+    out = {"startupProbe": _probe(
+        SERVING_STARTUP_PERIOD_S,
+        startup_failure_threshold(p.timeout, load, SERVING_STARTUP_PERIOD_S), SERVING_COMMAND)}
+    if role == "master":
+        out["readinessProbe"] = _probe(SERVING_READINESS_PERIOD_S, READINESS_FAILURES,
+                                       SERVING_COMMAND)
+        out["livenessProbe"] = _probe(LIVENESS_PERIOD_S, LIVENESS_FAILURES, LIVE_COMMAND)
+    return out
 
 
 def render_job(p: ManifestParams) -> dict[str, Any]:
@@ -308,8 +350,7 @@ def _container(p: ManifestParams, role: str) -> dict[str, Any]:
     if p.rdma_resource is not None:
         # RDMA verbs pin (mlock) memory regions.
         c["securityContext"] = {"capabilities": {"add": ["IPC_LOCK"]}}
-    c["startupProbe"] = _probe(STARTUP_PERIOD_S, startup_failure_threshold(p.timeout))
-    c["readinessProbe"] = _probe(READINESS_PERIOD_S, READINESS_FAILURES)
+    c.update(_probes(p, role))
     c["terminationMessagePolicy"] = "FallbackToLogsOnError"
     mounts: list[dict[str, Any]] = [{"name": "model", "mountPath": p.model_path},
               {"name": "shm", "mountPath": "/dev/shm"}]
@@ -349,8 +390,8 @@ def _field_env(name: str, path: str) -> dict[str, Any]:
     return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}}
 
 
-def _probe(period: int, failures: int) -> dict[str, Any]:
-    return {"exec": {"command": list(STATUS_COMMAND)}, "periodSeconds": period,
+def _probe(period: int, failures: int, command: Optional[list[str]] = None) -> dict[str, Any]:
+    return {"exec": {"command": list(command or STATUS_COMMAND)}, "periodSeconds": period,
             "timeoutSeconds": PROBE_TIMEOUT_S, "failureThreshold": failures}
 
 

@@ -7,10 +7,12 @@ reporting "in progress" forever to a startup probe.
 
 from __future__ import annotations
 
+import json
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Literal, Optional
 
 from ascend_node import events
 from ascend_node.preflight.report import read_preflight
@@ -21,7 +23,7 @@ EXIT_DONE, EXIT_FAILED, EXIT_IN_PROGRESS = 0, 1, 3
 
 @dataclass(frozen=True)
 class StatusView:
-    state: str  # done | failed | in_progress | not_started
+    state: str  # done | failed | in_progress | not_started; --serving: serving | loading | abnormal
     exit_code: int
     detail: str
     doc: Optional[StatusDoc]
@@ -81,6 +83,47 @@ def _status(state_dir: Path) -> StatusView:
                           "gone without a verdict; killed?)", doc)
     return StatusView("in_progress", EXIT_IN_PROGRESS,
                       f"{where} (pid {doc.pid}){', ' + doc.node if doc.node else ''}", doc)
+
+
+def serving_status(state_dir: Path, environ: Mapping[str, str],
+                   probe: Literal["ready", "live"] = "ready",
+                   timeout: float = 3.0) -> StatusView:
+    """`status --serving`: before `boot` has exec'd MindIE, the bootstrap's answer (as
+    `status`); after it, MindIE's own health endpoint (handoff.serving): 0 serving,
+    3 loading or busy, 1 abnormal, unreachable, or the server process gone."""
+    view = current_status(state_dir)
+    doc = view.doc
+    if view.state != "done" or doc is None or doc.command != "boot" or doc.phase != "exec":
+        return view
+    from ascend_node.errors import AscendNodeError
+    from ascend_node.handoff.mindie_config import config_path_from_env
+    from ascend_node.handoff.serving import client_cert_from_env, read_config, serving
+
+    # exec keeps the pid: the agent's pid in status.json is now the server's.
+    if not _alive(doc.pid):
+        return replace(view, state="abnormal", exit_code=EXIT_FAILED,
+                       detail=f"the server boot exec'd (pid {doc.pid}) is gone")
+    handed = _exec_env(state_dir)
+    if "MIES_CONTAINER_IP" not in handed:
+        return replace(view, detail=f"{view.detail}; not a MindIE server (boot exec'd another "
+                       "launcher): nothing to ask")
+    try:
+        config = read_config(config_path_from_env({**environ, **handed}))
+        verdict = serving(config, handed, probe, timeout, client_cert_from_env(environ))
+    except AscendNodeError as exc:
+        return replace(view, state="abnormal", exit_code=EXIT_FAILED, detail=exc.cause)
+    return replace(view, state=verdict.state, exit_code=verdict.exit_code,
+                   detail=verdict.detail)
+
+
+def _exec_env(state_dir: Path) -> dict[str, str]:
+    """The variables boot handed the server (env.json), read without the pydantic model."""
+    try:
+        doc = json.loads((state_dir / "env.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    env = doc.get("env") if isinstance(doc, dict) else None
+    return {str(k): str(v) for k, v in env.items()} if isinstance(env, dict) else {}
 
 
 def wait_for_status(state_dir: Path, timeout: float, interval: float = 0.5) -> StatusView:

@@ -128,7 +128,7 @@ def mindie_job(bed: Any) -> Iterator[SimpleNamespace]:
             bed.run(_mindie_pod(job, index))
         first = job.pod_name(0)
         _wait_in_progress(bed, first)
-        waiting = bed.exec(first, *STATUS_COMMAND)  # the rendered readinessProbe
+        waiting = bed.exec(first, *STATUS_COMMAND)  # the bootstrap probe
         bed.run(_mindie_pod(job, 3))
         job.wait_reports(range(4), 120)
         done = bed.exec(first, *STATUS_COMMAND)

@@ -11,7 +11,6 @@ import copy
 import importlib.machinery
 import importlib.util
 import json
-import math
 import re
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,7 @@ from hypothesis import strategies as st
 
 from ascend_node.errors import ClusterInconsistent, PeerTimeout, UsageError
 from ascend_node.manifest import (
+    DEFAULT_LOAD_TIMEOUT_S,
     STARTUP_GRACE_S,
     ManifestParams,
     render_job,
@@ -243,18 +243,55 @@ def test_driver_mounts_can_be_left_out() -> None:
 
 
 @pytest.mark.parametrize("timeout", [1, 900, 3600])
-def test_probes_call_status_and_outlast_the_peer_wait(timeout) -> None:
-    for task in _tasks(render_job(params("mindie", 2, timeout=timeout))).values():
+def test_training_probes_call_status_and_outlast_the_peer_wait(timeout) -> None:
+    """Training: the bootstrap's startup probe only (no Service, so no readiness gate)."""
+    for task in _tasks(render_job(params("training", 2, timeout=timeout))).values():
         c = _container(task)
-        for probe in ("startupProbe", "readinessProbe"):
-            assert c[probe]["exec"]["command"] == ["ascend-node", "status"]
-            assert c[probe]["timeoutSeconds"] >= 5
         start = c["startupProbe"]
+        assert start["exec"]["command"] == ["ascend-node", "status"]
+        assert start["timeoutSeconds"] >= 5
         budget = start["periodSeconds"] * start["failureThreshold"]
         assert budget >= timeout + STARTUP_GRACE_S
         assert budget < timeout + STARTUP_GRACE_S + start["periodSeconds"]
-        assert start["failureThreshold"] == math.ceil(
-            (timeout + STARTUP_GRACE_S) / start["periodSeconds"])
+        assert "livenessProbe" not in c and "readinessProbe" not in c
+
+
+@pytest.mark.parametrize(("timeout", "load"), [(1, None), (900, None), (900, 60),
+                                               (3600, 6 * 3600)])
+def test_mindie_startup_waits_for_the_peers_and_the_weights(timeout, load) -> None:
+    """MindIE pods: startup = `status --serving` (bootstrap, then MindIE's readiness), long
+    enough for the agent's wait plus the weight load (2 h unless --load-timeout)."""
+    job = render_job(params("mindie", 3, timeout=timeout, load_timeout=load))
+    expected = timeout + STARTUP_GRACE_S + (DEFAULT_LOAD_TIMEOUT_S if load is None else load)
+    for task in _tasks(job).values():
+        start = _container(task)["startupProbe"]
+        assert start["exec"]["command"] == ["ascend-node", "status", "--serving"]
+        budget = start["periodSeconds"] * start["failureThreshold"]
+        assert expected <= budget < expected + start["periodSeconds"]
+        assert start["periodSeconds"] <= 3, "how soon a loaded pod turns Ready"
+    assert DEFAULT_LOAD_TIMEOUT_S >= 3600
+
+
+def test_only_the_serving_pod_gets_mindie_readiness_and_liveness() -> None:
+    tasks = _tasks(render_job(params("mindie", 3)))
+    master, worker = _container(tasks["master"]), _container(tasks["worker"])
+    assert master["readinessProbe"]["exec"]["command"] == ["ascend-node", "status", "--serving"]
+    assert master["livenessProbe"]["exec"]["command"] == ["ascend-node", "status", "--serving",
+                                                          "--live"]
+    live = master["livenessProbe"]
+    assert live["periodSeconds"] * live["failureThreshold"] >= 30, "no restart on one hiccup"
+    assert "readinessProbe" not in worker and "livenessProbe" not in worker
+    single = _container(_tasks(render_job(params("mindie", 1)))["master"])
+    assert {"startupProbe", "readinessProbe", "livenessProbe"} <= set(single)
+
+
+@pytest.mark.parametrize(("kind", "value"), [("mindie", 59), ("mindie", 0),
+                                              ("mindie", 8 * 24 * 3600), ("training", 3600)])
+def test_a_bad_load_timeout_is_a_usage_error(kind, value) -> None:
+    extra = {"command": TRAIN_CMD} if kind == "training" else {}
+    with pytest.raises(UsageError, match=r"load[-_]timeout"):
+        ManifestParams(kind=kind, name="job", nodes=2, image="img", pvc="model", run_id="r",
+                       load_timeout=value, **extra)
 
 
 @pytest.mark.parametrize(

@@ -143,6 +143,9 @@ def manifest(
         "--https/--no-https", help="Render ASCEND_NODE_HTTPS: MindIE serves https (its "
         "certificates must be in the image or mounted) or plain http (default: the image's "
         "config.json decides; MindIE's shipped one says https)", show_default=False)] = None,
+    load_timeout: Annotated[Optional[int], typer.Option(
+        "--load-timeout", help="Seconds MindIE may load its weights after exec before the "
+        "startup probe gives up (7200)", show_default=False)] = None,
     json_out: Json = False, debug: Debug = False,
 ) -> None:
     """Render a Volcano Job for MindIE multi-node or training (command after `--`)."""
@@ -172,7 +175,7 @@ def manifest(
             rdma_resource=rdma_resource, queue=queue, timeout=timeout,
             command=list(ctx.args) or None, npu_resource=npu_resource,
             mount_driver=not no_driver_mounts, a3=a3, rendezvous_key_secret=key_secret,
-            https=https,
+            https=https, load_timeout=load_timeout,
         )
         secret = None
         if rendezvous_key:

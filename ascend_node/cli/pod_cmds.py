@@ -236,15 +236,35 @@ def status(
     wait: Annotated[bool, typer.Option("--wait", help="Block until done or failed")] = False,
     wait_timeout: Annotated[float, typer.Option(
         "--wait-timeout", help="Seconds --wait may block")] = 900.0,
+    serving: Annotated[bool, typer.Option(
+        "--serving", help="After boot exec'd MindIE, ask MindIE's /v2/health/ready: 0 "
+        "serving, 3 loading or busy, 1 abnormal or unreachable (before exec: as status)")] = False,
+    live: Annotated[bool, typer.Option(
+        "--live", help="With --serving: ask /v2/health/live instead (200 also when busy)")
+    ] = False,
+    serving_timeout: Annotated[float, typer.Option(
+        "--serving-timeout", help="Seconds to wait for MindIE's answer")] = 3.0,
     state_dir: StateDir = None, json_out: Json = False, debug: Debug = False,
 ) -> None:
     """This container's bootstrap state: exit 0 done, 1 failed, 3 in progress (for probes)."""
     with exit_codes(debug_on(debug)):
+        from ascend_node.errors import UsageError
         from ascend_node.statedir import resolve_state_dir
-        from ascend_node.status import current_status, wait_for_status
+        from ascend_node.status import current_status, serving_status, wait_for_status
 
+        if live and not serving:
+            raise UsageError("--live asks MindIE's liveness endpoint", "use it with --serving")
+        if serving and wait:
+            raise UsageError("--wait and --serving are two probes", "use one of them")
+        if not 0 < serving_timeout <= 300:
+            raise UsageError(f"--serving-timeout {serving_timeout:g} is out of range",
+                             "use seconds from 0.1 to 300")
         where = resolve_state_dir(state_dir, os.environ)  # not the settings model: probes
-        view = wait_for_status(where, wait_timeout) if wait else current_status(where)
+        if serving:
+            view = serving_status(where, os.environ, "live" if live else "ready",
+                                  serving_timeout)
+        else:
+            view = wait_for_status(where, wait_timeout) if wait else current_status(where)
         if json_out:
             emit(view.to_json())
         else:

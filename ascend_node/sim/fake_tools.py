@@ -62,7 +62,9 @@ exit 1
 FAKE_DAEMON_SCRIPT = r"""#!/bin/sh
 # Fake mindieservice_daemon (ascend-node simulation): checks what MindIE checks at
 # start (MindIE-LLM src/config_manager @8b4871a), records its PID and environment, prints MindIE's success
-# line and exits (a real daemon would serve; ASCEND_NODE_SIM_SERVE=1 keeps it up).
+# line and exits (a real daemon would serve; ASCEND_NODE_SIM_SERVE=1 keeps it up, idle;
+# ASCEND_NODE_SIM_SERVE=health keeps it up serving MindIE's health endpoints, 503 while
+# "loading weights" then 200: ascend_node/sim/fake_mindie.py).
 fail() { echo "fake daemon: $*" >&2; exit 1; }
 [ -n "$MIES_CONTAINER_IP" ] || fail "MIES_CONTAINER_IP is not set"
 [ -n "$MASTER_IP" ] || fail "MASTER_IP is not set"
@@ -75,9 +77,11 @@ fi
 if [ -n "${ASCEND_NODE_SIM_REPORT:-}" ]; then
   { echo "pid=$$"; env; } > "$ASCEND_NODE_SIM_REPORT.tmp" && mv "$ASCEND_NODE_SIM_REPORT.tmp" "$ASCEND_NODE_SIM_REPORT"
 fi
-echo "Daemon start success!"
 # In a container the daemon keeps serving (the container stays up, as MindIE's does);
-# `exec` keeps this PID, and SIGTERM from tini ends it with 143.
+# `exec` keeps this PID, and SIGTERM from tini ends it with 143. The health server prints
+# the success line itself, once its "weights" are loaded (MindIE prints it after the load).
+if [ "${ASCEND_NODE_SIM_SERVE:-}" = health ]; then exec "$ASCEND_NODE_SIM_PYTHON" -m ascend_node.sim.fake_mindie; fi
+echo "Daemon start success!"
 if [ -n "${ASCEND_NODE_SIM_SERVE:-}" ]; then exec sleep infinity; fi
 """
 
