@@ -26,7 +26,7 @@ from ascend_node.discover.superpod import SuperPodProbe, query_super_pod
 from ascend_node.errors import AscendNodeError, ConfigError
 from ascend_node.handoff.outputs import StatusDoc, write_status, write_table_outputs
 from ascend_node.preflight.policy import node0_judge
-from ascend_node.preflight.probe import HealthProbe
+from ascend_node.preflight.probe import HealthProbe, NodeProbe
 from ascend_node.preflight.record import record_cluster
 from ascend_node.rendezvous.models import DeviceRecord, MemberData
 from ascend_node.rendezvous.protocol import Rendezvous, node0_failure, publish_failure
@@ -176,7 +176,9 @@ def _ranktable_from_volume(
         with events.phase("discovery") as detail:
             identity = identify(environ)
             logs.set_node(identity.global_index, identity.pod_ip)
-            probe = HealthProbe(preflight, settings.tool_timeout)
+            probe = HealthProbe(preflight, settings.tool_timeout, NodeProbe(
+                dev.resolve_tool(settings.npu_smi, "npu-smi", dev.DEFAULT_NPU_SMI), environ,
+                settings.ascend_root, settings.preflight_hold_wait))
             found = discover(settings, environ, identity, on_devices=probe.start)
             # The pre-flight's health probes ran beside the IP queries; what is left of
             # them is part of discovery.
