@@ -24,6 +24,7 @@ from ascend_node.discover.hostinfo import identify as identify
 from ascend_node.discover.identity import NodeIdentity
 from ascend_node.discover.superpod import SuperPodProbe, query_super_pod
 from ascend_node.errors import AscendNodeError, ConfigError
+from ascend_node.handoff.device_ids import mindie_device_problem
 from ascend_node.handoff.outputs import StatusDoc, write_status, write_table_outputs
 from ascend_node.preflight.policy import node0_judge
 from ascend_node.preflight.probe import HealthProbe, NodeProbe
@@ -125,7 +126,7 @@ def require_rendezvous_settings(settings: Settings) -> tuple[Path, str]:
 
 def ranktable(
     settings: Settings, environ: Mapping[str, str], started: float, command: str = "ranktable",
-    preflight: str = "off",
+    preflight: str = "off", launcher: Optional[str] = None,
 ) -> TableResult:
     """Steps 1-5: discover, meet the peers, write the table and the env files.
 
@@ -133,36 +134,40 @@ def ranktable(
     with its data, for node 0 to judge with the membership. With MindCluster's hccl.json
     as the source (`table_source`), steps 1-3 are replaced by waiting for that file
     (`ascend_node.sources.mindcluster_file`); the outputs are the same, and there is no pre-flight
-    (no rendezvous to publish in).
+    (no rendezvous to publish in). `launcher`: what `boot` hands over to; a multi-node
+    MindIE pod whose devices MindIE cannot use is refused before the rendezvous
+    (`handoff.device_ids`).
     """
     choice = table_source(settings)
     log.info("rank table source: %s (%s)", choice.source, choice.why)
-    return source_for(choice).build(settings, environ, started, command, preflight)
+    return source_for(choice, launcher).build(settings, environ, started, command, preflight)
 
 
-def source_for(choice: SourceChoice) -> TableSource:
+def source_for(choice: SourceChoice, launcher: Optional[str] = None) -> TableSource:
     """The `TableSource` for a choice; MindCluster's module is imported only when chosen."""
     if choice.source == "mindcluster":
         from ascend_node.sources.mindcluster import MindClusterSource
 
         return MindClusterSource(choice)
-    return VolumeSource(choice)
+    return VolumeSource(choice, launcher)
 
 
 class VolumeSource:
     """Steps 1-5 on the shared volume: discover, meet the peers, write the outputs."""
 
-    def __init__(self, choice: SourceChoice) -> None:
+    def __init__(self, choice: SourceChoice, launcher: Optional[str] = None) -> None:
         self.choice = choice
+        self.launcher = launcher
 
     def build(self, settings: Settings, environ: Mapping[str, str], started: float,
               command: str, preflight: str) -> TableResult:
-        return _ranktable_from_volume(settings, environ, started, command, preflight)
+        return _ranktable_from_volume(settings, environ, started, command, preflight,
+                                      self.launcher)
 
 
 def _ranktable_from_volume(
     settings: Settings, environ: Mapping[str, str], started: float, command: str,
-    preflight: str,
+    preflight: str, launcher: Optional[str] = None,
 ) -> TableResult:
     deadline = started + settings.timeout
     shared_dir, run_id = require_rendezvous_settings(settings)
@@ -172,6 +177,7 @@ def _ranktable_from_volume(
     write_status(settings.state_dir, status)
     events.start_run(settings.state_dir, command, started, run_id)
     identity: Optional[NodeIdentity] = None
+    probe: Optional[HealthProbe] = None
     try:
         with events.phase("discovery") as detail:
             identity = identify(environ)
@@ -180,6 +186,11 @@ def _ranktable_from_volume(
                 dev.resolve_tool(settings.npu_smi, "npu-smi", dev.DEFAULT_NPU_SMI), environ,
                 settings.ascend_root, settings.preflight_hold_wait))
             found = discover(settings, environ, identity, on_devices=probe.start)
+            problem = mindie_device_problem([d.device_id for d in found.devices],
+                                            found.device_source, environ, launcher,
+                                            identity.node_count)
+            if problem is not None:
+                raise ConfigError(*problem)
             # The pre-flight's health probes ran beside the IP queries; what is left of
             # them is part of discovery.
             health, probe_seconds, probe_wait = probe.result([d.ip for d in found.devices])
@@ -188,6 +199,8 @@ def _ranktable_from_volume(
                 detail.update(preflight_probe_seconds=round(probe_seconds, 3),
                               preflight_probe_wait=round(probe_wait, 3))
     except AscendNodeError as exc:
+        if probe is not None:
+            probe.cancel()
         if identity is not None:
             _publish_local_failure(paths, identity, exc, deadline, key)
             leave_summary(settings, identity, command, "failed", exc=exc)

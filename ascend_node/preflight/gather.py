@@ -13,6 +13,7 @@ network namespace, the HCCL settings and the CANN/driver versions.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -72,11 +73,13 @@ HOLD_POLL = 1.0
 def gather_holders(ids: Sequence[int], npu_smi: str, tool_timeout: float, hold_wait: float,
                    runner: Callable[..., ToolResult] = run_tool,
                    clock: Callable[[], float] = time.monotonic,
-                   sleep: Callable[[float], None] = time.sleep,
+                   sleep: Callable[[float], object] = time.sleep,
+                   stop: Optional[threading.Event] = None,
                    ) -> tuple[Optional[tuple[Holder, ...]], float, str]:
     """The processes on this node's devices once the bounded wait is over: (holders or
     None when unknown, seconds waited, why unknown). A holder that goes within
-    `hold_wait` (the previous pod's container still being torn down) is no fault."""
+    `hold_wait` (the previous pod's container still being torn down) is no fault.
+    `stop` ends the wait early (the start-up failed elsewhere)."""
     started = clock()
     logged = False
     while True:
@@ -90,20 +93,25 @@ def gather_holders(ids: Sequence[int], npu_smi: str, tool_timeout: float, hold_w
             return None, clock() - started, (f"npu processes: `{npu_smi} info` (exit "
                                              f"{res.returncode}): {exc}; printed {shown}")[:300]
         waited = clock() - started
-        if not rows or waited >= hold_wait:
+        if not rows or waited >= hold_wait or (stop is not None and stop.is_set()):
             return tuple(Holder(device_id=p.device_id, pid=p.pid, name=p.name[:64],
                                 memory_mb=p.memory_mb) for p in rows), waited, ""
         if not logged:
             logged = True
             log.info("pre-flight: %s; waiting up to %.0f s for it to end",
                      "; ".join(describe_holder(p) for p in rows[:4]), hold_wait)
-        sleep(min(HOLD_POLL, max(0.0, hold_wait - waited)))
+        pause = min(HOLD_POLL, max(0.0, hold_wait - waited))
+        if stop is not None:
+            stop.wait(pause)
+        else:
+            sleep(pause)
 
 
 def gather_node(ids: Sequence[int], npu_smi: str, environ: Mapping[str, str],
                 ascend_root: Path, tool_timeout: float, hold_wait: float,
                 runner: Callable[..., ToolResult] = run_tool,
-                proc_net: Path = PROC_NET, proc_sys: Path = PROC_SYS_NET) -> NodeFacts:
+                proc_net: Path = PROC_NET, proc_sys: Path = PROC_SYS_NET,
+                stop: Optional[threading.Event] = None) -> NodeFacts:
     """Holders, host ports, HCCL settings and versions; never raises for a fact it
     cannot find (the reason goes to `unknown`)."""
     unknown: list[str] = []
@@ -121,7 +129,8 @@ def gather_node(ids: Sequence[int], npu_smi: str, environ: Mapping[str, str],
         problems.append(str(exc))
     except (OSError, ValueError) as exc:
         unknown.append(f"host ports: {exc}"[:300])
-    holders, waited, why = gather_holders(ids, npu_smi, tool_timeout, hold_wait, runner)
+    holders, waited, why = gather_holders(ids, npu_smi, tool_timeout, hold_wait, runner,
+                                          stop=stop)
     if why:
         unknown.append(why)
     return NodeFacts(holders=holders, held_wait=round(waited, 3), ports=ports,

@@ -8,6 +8,7 @@ off imports none of it: the gathering is imported only when a probe starts.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -48,6 +49,7 @@ class HealthProbe:
         self._future: Optional[Future[tuple[NodeHealth, float]]] = None
         self._node_future: Optional[Future[NodeFacts]] = None
         self._started = 0.0
+        self._stop = threading.Event()
 
     def start(self, ids: Sequence[int], hccn_tool: str) -> None:
         if self.policy == "off" or self._future is not None:
@@ -67,7 +69,14 @@ class HealthProbe:
         if node is not None:
             self._node_future = self._pool.submit(
                 gather_node, ids, node.npu_smi, node.environ, node.ascend_root,
-                self.tool_timeout, node.hold_wait)
+                self.tool_timeout, node.hold_wait, stop=self._stop)
+
+    def cancel(self) -> None:
+        """The start-up failed before the rendezvous: end a wait for a held NPU now, so
+        the process exits with its error instead of waiting out the hold wait."""
+        self._stop.set()
+        if self._pool is not None:
+            self._pool.shutdown(wait=False)
 
     def result(self, ips: Sequence[str]) -> tuple[Optional[NodeHealth], float, float]:
         """The health to publish (None when off), with the IP family of `ips`; the seconds
