@@ -16,12 +16,20 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from ascend_node.discover import devices as dev
+from ascend_node.discover.hccl_settings import read_versions
 from ascend_node.discover.identity import NodeIdentity
 from ascend_node.doctor.facts import (
     FACTS_MAX_AGE,
     collect_peer_facts,
     facts_path,
     make_facts,
+)
+from ascend_node.doctor.hccl_risks import (
+    check_hccl_ports,
+    check_hccl_settings,
+    check_npu_processes,
+    check_server_env,
+    check_versions,
 )
 from ascend_node.doctor.local import (
     check_hccn_conf,
@@ -183,7 +191,8 @@ def run_doctor(
         dev_ids = ()
     checks.append(check_visible(used, error, env_ids, dev_ids, dev_dir))
     conf, conf_note = read_hccn_conf(settings.hccn_conf)
-    states = (query_device_states(used.ids, hccn_tool, settings.tool_timeout, conf or {}, runner)
+    states = (query_device_states(used.ids, hccn_tool, settings.tool_timeout, conf or {}, runner,
+                                  probes=("ip", "link", "net_health", "tls", "netdetect"))
               if used else [])
     checks += [check_ips(states), check_unique_ips(states), check_ip_family(states),
                check_link(states), check_health(states), check_tls(states),
@@ -230,6 +239,17 @@ def run_doctor(
     skip = (os.getpid(),) if os.path.realpath(proc_root) == "/proc" else ()
     holders, hidden = find_npu_holders(proc_root, skip)
     checks.append(check_npu_holders(holders, hidden, server_pid, proc_root))
+
+    # What the start-up pre-flight and boot check (docs/preflight.md).
+    versions = read_versions(settings.ascend_root)
+    ids = list(used.ids) if used else []
+    checks += [check_npu_processes(ids, npu_smi, settings.tool_timeout, server_pid, runner),
+               check_hccl_ports(environ, versions.cann, proc_root, server_pid is not None),
+               check_hccl_settings(environ),
+               check_versions(versions, settings.ascend_root),
+               check_server_env(environ, ids, used.source if used else "-", multinode,
+                                ident.node_count if ident else None,
+                                str(where.path) if where.path else None)]
 
     facts: dict[str, Any] = {}
     if peers and paths is not None and ident is not None:

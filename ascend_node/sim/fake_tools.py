@@ -240,6 +240,12 @@ def write_node_data(data_dir: Path, devices: list[FakeDevice],
         files[f"{i}.ip"] = f"ipaddr:{d.ip}\nnetmask:{d.netmask}\n" if d.ip is not None else "\n"
         files[f"{i}.link"] = f"link status: {d.link}\n"
         files[f"{i}.net_health"] = f"net health status: {d.health}\n"
+        # Init is what a device without a detection address reports (docs/doctor.md).
+        if d.health == "Init" or d.ip is None:
+            detect = "0.0.0.0"
+        else:
+            detect = d.ip.rsplit(".", 1)[0] + ".254" if "." in d.ip else d.ip
+        files[f"{i}.netdetect"] = f"netdetect address: {detect}\n"
         files[f"{i}.tls"] = (
             f"dev_id:{i}, tls switch[{d.tls}](0:disable, 1:enable), tls preconfigured[1]"
             "(0:non-preset, 1:preset), tls alarm time threshold[60]days\n"
