@@ -381,3 +381,30 @@ def test_a_mounted_rootinfo_is_described():
     assert "RANK_TABLE_FILE=/run/x/ranktable.json" in note
     assert describe_rootinfo(None, "/x") is None
     assert "unreadable as JSON" in (describe_rootinfo("{", None) or "")
+
+
+# ------------------------------------------------------------------ net health (item 7)
+
+HCCN = NPU_SMI.parent / "hccn"
+
+
+def test_net_health_and_netdetect_from_the_captures():
+    from ascend_node.discover.devices import parse_net_health, parse_netdetect
+    from ascend_node.discover.net_health import STATES, explain
+
+    deploy = (HCCN / "a2-910b3-deploy-doc-returns.txt").read_text()
+    assert parse_netdetect(deploy) == "11.12.165.1"
+    init = parse_net_health((HCCN / "doc-faultdiag-device0-example.txt").read_text())
+    assert init == "Init"
+    assert "not a broken link" in explain(init, 0, "0.0.0.0")[0]
+    assert "11.12.165.1" in explain(init, 0, "11.12.165.1")[0]
+    failed = parse_net_health(split_capture((HCCN / "kg-npu_info.txt").read_text())[
+        "hccn_tool -i 0 -net_health -g"])
+    assert failed == "Socket failed"
+    assert explain(failed, 0, None) == (STATES["socket fail"][0],
+                                        STATES["socket fail"][1].format(i=0))
+    for state in ("Success", "Socket fail", "Receive timeout", "Unreachable", "Time exceeded",
+                  "Fault", "Init", "Thread error", "Detect ip set", "Unknown"):
+        cause, _ = explain(state, 3, None)
+        assert "does not know" not in cause, state
+    assert "does not know ('Bogus')" in explain("Bogus", 3, None)[0]
