@@ -287,7 +287,7 @@ def test_listener_is_a_fault_naming_port_and_the_variable_that_moves_it():
 
 def test_unreserved_ports_are_one_warning_for_every_node_alike():
     ports = PortHealth(variable="default", ports="60000-60031",
-                       unreserved=tuple(range(60000, 60032)), ephemeral="32768-60999")
+                       unreserved="60000-60031", ephemeral="32768-60999")
     verdict = judge_health({0: node(ports=ports), 1: node(ports=ports)}, 1)
     assert verdict.faults == ()
     (warning,) = verdict.warnings

@@ -46,7 +46,7 @@ class PortHealth(BaseModel):
     ports: str = Field(max_length=200)  # `60000-60031`, `auto`
     listening: tuple[int, ...] = Field(default=(), max_length=256)
     busy: tuple[int, ...] = Field(default=(), max_length=256)
-    unreserved: tuple[int, ...] = Field(default=(), max_length=65536)
+    unreserved: str = Field(default="", max_length=400)  # `60000-60031`: ranges, not a list
     ephemeral: str = Field(default="", max_length=32)
 
 

@@ -99,7 +99,7 @@ def judge_node_facts(facts: Mapping[int, NodeFacts], master_count: int) -> Found
     unreserved: dict[str, list[int]] = {}
     for index, f in facts.items():
         if f.ports is not None and f.ports.unreserved:
-            shown = ranges_text(f.ports.unreserved)
+            shown = f.ports.unreserved
             text = (shown + ("" if shown == f.ports.ports else f" (of {f.ports.ports})")
                     + f" inside the ephemeral range {f.ports.ephemeral}")
             unreserved.setdefault(text, []).append(index)

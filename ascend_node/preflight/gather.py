@@ -19,7 +19,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Callable, Optional
 
-from ascend_node.discover.hccl_ports import PROC_NET, PROC_SYS_NET, PortSpecError, read_port_facts
+from ascend_node.discover.hccl_ports import (
+    PROC_NET,
+    PROC_SYS_NET,
+    PortSpecError,
+    ranges_text,
+    read_port_facts,
+)
 from ascend_node.discover.hccl_settings import effective_settings, read_versions, setting_problems
 from ascend_node.discover.hccn import DeviceState, query_device_states
 from ascend_node.discover.health import DeviceHealth, Holder, NodeFacts, NodeHealth, PortHealth
@@ -124,7 +130,8 @@ def gather_node(ids: Sequence[int], npu_smi: str, environ: Mapping[str, str],
         low, high = found.ephemeral
         ports = PortHealth(variable=found.ports.variable, ports=found.ports.text[:200],
                            listening=found.listening[:256], busy=found.busy[:256],
-                           unreserved=found.unreserved, ephemeral=f"{low}-{high}")
+                           unreserved=ranges_text(found.unreserved)[:400],
+                           ephemeral=f"{low}-{high}")
     except PortSpecError as exc:
         problems.append(str(exc))
     except (OSError, ValueError) as exc:

@@ -47,8 +47,7 @@ class HealthProbe:
         self.node = node
         self._pool: Optional[ThreadPoolExecutor] = None
         self._future: Optional[Future[tuple[NodeHealth, float]]] = None
-        self._node_future: Optional[Future[NodeFacts]] = None
-        self._started = 0.0
+        self._node_future: Optional[Future[tuple[NodeFacts, float]]] = None
         self._stop = threading.Event()
 
     def start(self, ids: Sequence[int], hccn_tool: str) -> None:
@@ -62,14 +61,17 @@ class HealthProbe:
             health = gather_health(ids, [], hccn_tool, self.tool_timeout)
             return health, time.monotonic() - started
 
-        self._started = time.monotonic()
         self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="preflight")
         self._future = self._pool.submit(gather)
         node = self.node
         if node is not None:
-            self._node_future = self._pool.submit(
-                gather_node, ids, node.npu_smi, node.environ, node.ascend_root,
-                self.tool_timeout, node.hold_wait, stop=self._stop)
+            def gather_facts() -> tuple[NodeFacts, float]:
+                started = time.monotonic()
+                facts = gather_node(ids, node.npu_smi, node.environ, node.ascend_root,
+                                    self.tool_timeout, node.hold_wait, stop=self._stop)
+                return facts, time.monotonic() - started
+
+            self._node_future = self._pool.submit(gather_facts)
 
     def cancel(self) -> None:
         """The start-up failed before the rendezvous: end a wait for a held NPU now, so
@@ -86,10 +88,12 @@ class HealthProbe:
         waited = time.monotonic()
         try:
             health, seconds = self._future.result()
-            facts = self._node_future.result() if self._node_future is not None else None
+            facts: Optional[NodeFacts] = None
+            if self._node_future is not None:
+                facts, node_seconds = self._node_future.result()
+                seconds = max(seconds, node_seconds)
         finally:
             self._pool.shutdown(wait=False)
-        seconds = max(seconds, time.monotonic() - self._started)
         waited = time.monotonic() - waited
         fams = {family(ip) for ip in ips if ip}
         health = health.model_copy(update={"ip_family": 6 if fams == {6} else 4,
