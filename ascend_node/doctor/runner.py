@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from ascend_node.discover import devices as dev
-from ascend_node.discover.hccl_settings import read_versions
+from ascend_node.discover.hccl_settings import effective_settings, read_versions
 from ascend_node.discover.identity import NodeIdentity
 from ascend_node.doctor.facts import (
     FACTS_MAX_AGE,
@@ -55,6 +55,7 @@ from ascend_node.doctor.peers import (
     check_peer_devices,
     check_peer_duplicates,
     check_peer_family,
+    check_peer_hccl,
     check_peer_netmask,
     check_peer_subnet,
     check_peer_tls,
@@ -254,7 +255,8 @@ def run_doctor(
     facts: dict[str, Any] = {}
     if peers and paths is not None and ident is not None:
         local = {c.id: c.status for c in checks}
-        mine = make_facts(paths.run_id, ident, states, local, time.time())
+        mine = make_facts(paths.run_id, ident, states, local, time.time(),
+                          effective_settings(environ), versions.cann, versions.driver)
         write_doc(facts_path(paths, ident.global_index), mine, paths.shared_dir)
         fresh_after = started_wall - FACTS_MAX_AGE
         reads = collect_peer_facts(paths, ident.global_index, ident.node_count, peer_wait,
@@ -263,7 +265,8 @@ def run_doctor(
         everyone = sorted([mine, *peer_facts], key=lambda f: f.global_index)
         checks += [check_peers_present(reads, ident.master_count, peer_wait, fresh_after),
                    check_peer_devices(everyone, settings.allow_uneven_devices),
-                   check_peer_versions(everyone), check_peer_duplicates(everyone),
+                   check_peer_versions(everyone), check_peer_hccl(everyone),
+                   check_peer_duplicates(everyone),
                    check_peer_family(everyone), check_peer_netmask(everyone),
                    check_peer_subnet(everyone), check_peer_tls(everyone)]
         pairs, skipped, sampled_out = ping_pairs(mine, peer_facts)
