@@ -237,7 +237,9 @@ def _ranktable_from_volume(
     # After the outcome is decided, so it cannot change it (report/record.py).
     leave_summary(settings, identity, command, "table", outcome.attempt_id)
     cluster = record_cluster(settings.state_dir, preflight, outcome.warnings,
-                             probe_seconds, probe_wait)
+                             probe_seconds, probe_wait,
+                             health.node.model_dump(mode="json")
+                             if health is not None and health.node is not None else None)
     with events.phase("outputs"):
         table = json.loads(outcome.ranktable_text)
         env = write_table_outputs(
