@@ -55,3 +55,15 @@ def test_a_pod_whose_npus_do_not_start_at_0_is_refused_before_the_rendezvous(tmp
     assert "MindIE multi-node cannot use devices 4-7" in errs[0]  # node 0 names its cause
     assert not (bad.state_dir / "ranktable.json").exists()
     assert not (tmp_path / "shared" / "ranktable-b.json").exists()
+
+
+def test_a_hccl_value_cann_refuses_is_this_pods_config_error_before_the_rendezvous(tmp_path):
+    from tests.cluster_helpers import make_nodes, run
+
+    nodes = make_nodes(tmp_path, 2, devices=2, timeout=30)
+    nodes[1].env["HCCL_BUFFSIZE"] = "0"
+    results = run(nodes, timeout=90)
+    assert [r.exit_code for r in results] == [5, 1], [r.stderr[-800:] for r in results]
+    cause = "HCCL setting CANN refuses: HCCL_BUFFSIZE='0' is not an integer >= 1 (MB)"
+    assert f"ascend-node: error: {cause}" in results[1].stderr
+    assert cause in results[0].stderr  # node 0 ends the attempt naming it

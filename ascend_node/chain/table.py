@@ -191,6 +191,7 @@ def _ranktable_from_volume(
                                             identity.node_count)
             if problem is not None:
                 raise ConfigError(*problem)
+            check_hccl_values(environ, preflight)
             # The pre-flight's health probes ran beside the IP queries; what is left of
             # them is part of discovery.
             health, probe_seconds, probe_wait = probe.result([d.ip for d in found.devices])
@@ -251,6 +252,25 @@ def _ranktable_from_volume(
              outcome.attempt_id, len(table["server_list"]), env["WORLD_SIZE"], seconds)
     return TableResult(found, run_id, outcome.attempt_id, table, outcome.ranktable_text, env,
                        paths.shared_table, seconds, started, preflight, cluster, key)
+
+
+def check_hccl_values(environ: Mapping[str, str], preflight: str) -> None:
+    """HCCL values CANN refuses at run time (docs/preflight.md): under `strict` a
+    configuration error of this pod before the rendezvous (exit 1; the peers end with 5),
+    under `warn` a warning, under `off` not looked at."""
+    if preflight == "off":
+        return
+    from ascend_node.discover.hccl_settings import refused_values
+
+    problems = refused_values(environ)
+    if not problems:
+        return
+    text = "; ".join(problems)
+    if preflight == "strict":
+        raise ConfigError(f"HCCL setting CANN refuses: {text}",
+                          "correct it in the job's environment, the same on every pod (or "
+                          "--preflight warn to start anyway)")
+    log.warning("pre-flight: HCCL setting CANN refuses: %s (going on: --preflight warn)", text)
 
 
 def rendezvous_key(settings: Settings, environ: Mapping[str, str]) -> Optional[RendezvousKey]:

@@ -79,6 +79,19 @@ def setting_problems(environ: Mapping[str, str]) -> list[str]:
     return out
 
 
+def refused_values(environ: Mapping[str, str]) -> list[str]:
+    """`setting_problems` and a host port variable HCCL refuses: what `ranktable`/`boot`
+    refuse before the rendezvous (a configuration error of this pod, exit 1)."""
+    from ascend_node.discover.hccl_ports import host_ports
+
+    out = setting_problems(environ)
+    try:
+        host_ports(environ)
+    except PortSpecError as exc:
+        out.append(str(exc))
+    return out
+
+
 # --------------------------------------------------------------------------- versions
 
 
