@@ -53,6 +53,10 @@ class Settings(BaseModel):
     # None: strict, or warn for `boot` into a training launcher (preflight.policy)
     preflight: Optional[Literal["strict", "warn", "off"]] = None
     preflight_ping_timeout: float = Field(5.0, gt=0, le=120)
+    # How long a member waits for a process still holding its NPUs (preflight.gather).
+    preflight_hold_wait: float = Field(30.0, ge=0, le=600)
+    # Where the container's CANN and driver live (their version files, preflight).
+    ascend_root: Path = Path("/usr/local/Ascend")
     # The file holding the job's rendezvous key (a mounted Secret). The key itself is
     # never a setting: `rendezvous.seal.load_key` reads it, so --verbose cannot print it.
     rendezvous_key_file: Optional[Path] = None
@@ -126,6 +130,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("hccl_json", "--hccl-json", "ASCEND_NODE_HCCL_JSON", (), Path),
     Option("preflight", "--preflight", "ASCEND_NODE_PREFLIGHT", (), parse_policy),
     Option("preflight_ping_timeout", None, "ASCEND_NODE_PREFLIGHT_PING_TIMEOUT", (), float),
+    Option("preflight_hold_wait", None, "ASCEND_NODE_PREFLIGHT_HOLD_WAIT", (), float),
+    Option("ascend_root", None, "ASCEND_NODE_ASCEND_ROOT", (), Path),
     Option("rendezvous_key_file", "--rendezvous-key-file", "ASCEND_NODE_RENDEZVOUS_KEY_FILE",
            (), Path),
 )

@@ -25,6 +25,29 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ascend_node.sim.cluster import SimSpec, launch, prepare
+from ascend_node.sim.fake_tools import FakeDevice, install_tools, write_ascend_root, write_node_data
+
+
+def node_facts_cost(devices: int, repeat: int = 20) -> tuple[float, float]:
+    """(median, max) seconds of one node's node-wide facts (issue 28: `npu-smi info` for
+    the holders, /proc/net/tcp{,6} and the port sysctls, the HCCL settings, the version
+    files), gathered as a member does, against the fake npu-smi."""
+    import os
+
+    from ascend_node.preflight.gather import gather_node
+
+    work = Path(tempfile.mkdtemp(prefix="bench-node-facts-"))
+    _hccn, npu_smi = install_tools(work / "bin")
+    write_node_data(work / "data", [FakeDevice(i, f"10.20.1.{i}") for i in range(devices)])
+    write_ascend_root(work / "Ascend", "8.3.RC2")
+    os.environ["ASCEND_NODE_SIM_DATA"] = str(work / "data")
+    times = []
+    for _ in range(repeat):
+        t0 = time.monotonic()
+        facts = gather_node(list(range(devices)), str(npu_smi), {}, work / "Ascend", 10, 30)
+        times.append(time.monotonic() - t0)
+        assert facts.holders == () and facts.cann == "8.3.RC2", facts
+    return statistics.median(times), max(times)
 
 
 def cpu_of_children() -> float:
@@ -106,6 +129,9 @@ def main() -> None:
           f"({pings} pings in the cluster, then the verdict)")
     print(f"  in-agent pre-flight, slowest node:   "
           f"{statistics.median(gather) + statistics.median(reach):.2f} s")
+    med, worst = node_facts_cost(args.devices)
+    print(f"  node-wide facts (holders, ports, HCCL settings, versions), one node: "
+          f"{med * 1000:.0f} ms median, {worst * 1000:.0f} ms max (beside the IP queries)")
 
 
 if __name__ == "__main__":

@@ -829,8 +829,59 @@ def test_healthy_single_node_is_exit_0_and_writes_nothing(node_env: dict[str, st
         "device.ip", "device.unique_ip", "device.ip_family", "device.link", "device.net_health",
         "device.tls", "device.hccn_conf", "ranktable.file",
         "ranktable.valid", "ranktable.member", "ranktable.stale", "mindie.config",
-        "mindie.multinode", "mindie.devices", "mindie.startup", "process.npu_holders"]
+        "mindie.multinode", "mindie.devices", "mindie.startup", "process.npu_holders",
+        "npu.processes", "hccl.ports", "hccl.settings", "software.versions", "server.env"]
     assert tree(tmp_path) == before
+
+
+PROC_TCP = (
+    "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  "
+    "timeout inode\n"
+    "   0: 00000000:EA60 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0 "
+    "       0 1001 1\n")
+
+
+def test_issue_28_faults_each_land_on_their_check(node_env: dict[str, str],
+                                                  tmp_path: Path) -> None:
+    # A held NPU (npu-smi info's table), a listener on HCCL's first port (a fake /proc of
+    # this namespace) and a value CANN refuses: each lands on its check, naming it.
+    data = Path(os.environ["ASCEND_NODE_SIM_DATA"])
+    devices = [FakeDevice(i, f"10.20.1.{i}") for i in range(4)]
+    devices[2].holders.append((4242, "python3", 512))
+    write_node_data(data, devices)
+    proc = tmp_path / "proc"
+    (proc / "net").mkdir(parents=True)
+    (proc / "net" / "tcp").write_text(PROC_TCP)
+    ipv4 = proc / "sys" / "net" / "ipv4"
+    ipv4.mkdir(parents=True)
+    (ipv4 / "ip_local_reserved_ports").write_text("60000-60031\n")
+    (ipv4 / "ip_local_port_range").write_text("32768\t60999\n")
+    env = {**node_env, "HCCL_CONNECT_TIMEOUT": "60"}
+    report = doctor(env, tmp_path)
+    assert {k: v for k, v in report.problems.items()
+            if k in ("npu.processes", "hccl.ports", "hccl.settings")} == {
+        "npu.processes": "warn", "hccl.ports": "fail", "hccl.settings": "fail"}
+    assert "device 2: PID 4242 (python3, 512 MB)" in report.check("npu.processes").message
+    assert ("port(s) 60000 of HCCL's range 60000-60031 (from default) already have a "
+            "listener") in report.check("hccl.ports").message
+    assert "HCCL_CONNECT_TIMEOUT='60'" in report.check("hccl.settings").message
+
+
+def test_net_health_states_are_explained(node_env: dict[str, str], tmp_path: Path) -> None:
+    data = Path(os.environ["ASCEND_NODE_SIM_DATA"])
+    write_node_data(data, [FakeDevice(0, "10.20.1.0", health="Init"),
+                           FakeDevice(1, "10.20.1.1", health="Receive timeout"),
+                           FakeDevice(2, "10.20.1.2"), FakeDevice(3, "10.20.1.3")])
+    check = doctor(node_env, tmp_path).check("device.net_health")
+    assert check.status == "fail"
+    assert ("device 1: net health status Receive timeout (`hccn_tool -i 1 -net_health -g`): "
+            "the probe was sent but no answer came back in time") in check.message
+    write_node_data(data, [FakeDevice(0, "10.20.1.0", health="Init"),
+                           *[FakeDevice(i, f"10.20.1.{i}") for i in range(1, 4)]])
+    init = doctor(node_env, tmp_path).check("device.net_health")
+    assert init.status == "ok"
+    assert ("device 0 Init: no detection address is configured (netdetect address 0.0.0.0), "
+            "so the probe never ran; this is not a broken link") in init.message
 
 
 def test_a_device_without_ip_does_not_stop_the_other_checks(node_env: dict[str, str],

@@ -118,6 +118,18 @@ def nothing(nodes: list[SimNode]) -> None:
     pass
 
 
+def hccl_env_mismatch(nodes: list[SimNode]) -> None:
+    nodes[1].env["HCCL_CONNECT_TIMEOUT"] = "600"
+
+
+def cann_version_mismatch(nodes: list[SimNode]) -> None:
+    nodes[1].cann = "8.2.RC1"  # its fake toolkit's version.cfg
+
+
+def npu_busy(nodes: list[SimNode]) -> None:
+    nodes[1].devices[2].holders.append((4242, "python3", 61440))
+
+
 Fault = Callable[[list[SimNode]], None]
 CATALOGUE: list[tuple[str, Fault, int, bool, dict[int, dict[str, str]]]] = [
     # name, fault, nodes, bootstrap first, {node: non-ok checks} (nodes not listed: none)
@@ -137,6 +149,12 @@ CATALOGUE: list[tuple[str, Fault, int, bool, dict[int, dict[str, str]]]] = [
     # No MindIE config here, so doctor judges the table by HCCL's rules: 0640 is MindIE's
     # rule alone (MindCluster's own hccl.json is 0644), so a 0644 table is no fault.
     ("table-0644-hccl", rank_table_mode_0644, 2, True, {}),
+    # Issue 28: what every node must share, and a process holding an NPU.
+    ("hccl-env", hccl_env_mismatch, 2, False,
+     {0: {"peers.hccl": "fail"}, 1: {"peers.hccl": "fail"}}),
+    ("cann-version", cann_version_mismatch, 2, False,
+     {0: {"peers.hccl": "fail"}, 1: {"peers.hccl": "fail"}}),
+    ("npu-busy", npu_busy, 2, False, {1: {"npu.processes": "warn"}}),
 ]
 
 

@@ -37,6 +37,14 @@ CAUSES = {
     "net-fault": None,
     "tool-fails": "`hccn_tool -i 1 -ip -g`",
     "unreachable": "sampled device pair(s) unreachable over RoCE: master 0 (node 0) device 1",
+    "npu-busy": "NPU held by another process (HCCL fails with EJ0001 `Failed to initialize "
+                "the HCCP process`): master 0 (node 0): device 1 PID 4242 (python3) (still "
+                "there after 2 s)",
+    "port-taken": "on master 0 (node 0) already have a listener (HCCL's range",
+    "hccl-env": "HCCL_CONNECT_TIMEOUT differs between nodes: 120 on worker 0 (node 1); 600 "
+                "on master 0 (node 0)",
+    "cann-version": "CANN toolkit version differs between nodes: 8.2.RC1 on master 0 "
+                    "(node 0); 8.3.RC2 on worker 0 (node 1)",
 }
 
 
@@ -48,12 +56,13 @@ def test_every_kind_has_a_case():
 def test_a_bad_device_lands_on_its_documented_exit(tmp_path, kind):
     expect = KINDS[kind]
     boot = ["--boot"] if expect.needs_boot else []
-    done = simulate(tmp_path, "--nodes", "2", "--devices", "2", "--bad-device", f"0:1:{kind}",
+    spec = f"0:{kind}" if expect.node_wide else f"0:1:{kind}"
+    done = simulate(tmp_path, "--nodes", "2", "--devices", "2", "--bad-device", spec,
                     "--timeout", SAFETY_NET, "--json", *boot)
     doc = json.loads(done.stdout)
     assert done.returncode == max(expect.node_exit, expect.peers_exit), done.stdout
     assert [r["exit_code"] for r in doc["results"]] == [expect.node_exit, expect.peers_exit]
-    assert doc["bad_devices"] == [f"0:1:{kind}"]
+    assert doc["bad_devices"] == [spec]
     bad = doc["results"][0]
     if CAUSES[kind] is None:
         assert doc["ok"] and bad["cause"] is None

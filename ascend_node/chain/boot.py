@@ -31,6 +31,13 @@ from ascend_node.handoff.mindie_config import (
 )
 from ascend_node.handoff.mindie_startup import DiskView, facts_from_env, startup_problems, summarise
 from ascend_node.handoff.outputs import StatusDoc, write_env, write_status
+from ascend_node.handoff.server_env import (
+    HCCL_ROOTINFO,
+    EnvChanges,
+    describe_rootinfo,
+    proxy_changes,
+    rank_table_notes,
+)
 from ascend_node.handoff.setenv import capture_set_env, set_env_scripts_from_env
 from ascend_node.rendezvous.seal import STRIP_FROM_EXEC
 from ascend_node.rendezvous.store import RunPaths
@@ -86,8 +93,9 @@ def _env_bool(environ: Mapping[str, str], name: str, flag: str = "") -> Optional
 
 def prepare_exec(
     settings: Settings, environ: Mapping[str, str], result: TableResult, opts: BootOptions,
-) -> tuple[list[str], dict[str, str], dict[str, str]]:
-    """Everything before exec: returns (argv, full env, the variables the agent set)."""
+) -> tuple[list[str], dict[str, str], dict[str, str], EnvChanges]:
+    """Everything before exec: returns (argv, full env, the variables the agent set, what
+    it took out of the environment and noted about it)."""
     identity = result.discovery.identity
     state_dir = str(settings.state_dir)
 
@@ -142,6 +150,13 @@ def prepare_exec(
     env.update(table_env)
     env.update(planned)
     env.update(nic)
+    changes = server_env_changes(environ, opts.launcher, identity.node_count,
+                                 None if (opts.launcher == "mindie" and one_node)
+                                 else result.env["RANK_TABLE_FILE"])
+    for name in changes.unset:
+        env.pop(name, None)
+    for note in changes.notes:
+        log.info("server environment: %s", note)
     if config_path is not None:
         with events.phase("config_check"):
             check_mindie_startup(config_path, env, settings)
@@ -149,7 +164,27 @@ def prepare_exec(
         found = check_interpreter(*launch.check, env)
         log.info("%s will start %s, which finds %s", launch.check.launcher, found,
                  launch.check.module)
-    return list(launch.argv), env, added
+    return list(launch.argv), env, added, changes
+
+
+def server_env_changes(environ: Mapping[str, str], launcher: str, node_count: int,
+                       table: Optional[str], rootinfo: Path = Path(HCCL_ROOTINFO)
+                       ) -> EnvChanges:
+    """Proxies unset for the server, and notes on rank tables from elsewhere (items 4 and
+    6 of docs/preflight.md, "In boot")."""
+    proxies = proxy_changes(environ, launcher, node_count)
+    notes = [*proxies.notes, *rank_table_notes(environ, table)]
+    try:
+        text: Optional[str] = rootinfo.read_text(errors="replace")[:1_000_000]
+    except FileNotFoundError:
+        text = None
+    except OSError as exc:
+        text = f"(unreadable: {exc.strerror})"
+    found = describe_rootinfo(text, table)
+    if found:
+        log.warning("%s", found)
+        notes.append(found)
+    return EnvChanges(proxies.unset, tuple(notes))
 
 
 def check_mindie_startup(path: Path, env: Mapping[str, str], settings: Settings) -> None:
@@ -248,8 +283,9 @@ def _boot(
     settings: Settings, environ: Mapping[str, str], result: TableResult, opts: BootOptions,
 ) -> NoReturn:
     reachability(settings, result)
-    argv, env, added = prepare_exec(settings, environ, result, opts)
-    write_env(settings.state_dir, added, settings.file_owner)
+    argv, env, added, changes = prepare_exec(settings, environ, result, opts)
+    write_env(settings.state_dir, added, settings.file_owner, unset=changes.unset,
+              notes=changes.notes)
     write_status(settings.state_dir, StatusDoc(
         state="done", phase="exec", command="boot", exit_code=0, run_id=result.run_id,
         attempt_id=result.attempt_id, node=result.discovery.identity.name,

@@ -24,9 +24,10 @@ from ascend_node.discover.hostinfo import identify as identify
 from ascend_node.discover.identity import NodeIdentity
 from ascend_node.discover.superpod import SuperPodProbe, query_super_pod
 from ascend_node.errors import AscendNodeError, ConfigError
+from ascend_node.handoff.device_ids import mindie_device_problem
 from ascend_node.handoff.outputs import StatusDoc, write_status, write_table_outputs
 from ascend_node.preflight.policy import node0_judge
-from ascend_node.preflight.probe import HealthProbe
+from ascend_node.preflight.probe import HealthProbe, NodeProbe
 from ascend_node.preflight.record import record_cluster
 from ascend_node.rendezvous.models import DeviceRecord, MemberData
 from ascend_node.rendezvous.protocol import Rendezvous, node0_failure, publish_failure
@@ -125,7 +126,7 @@ def require_rendezvous_settings(settings: Settings) -> tuple[Path, str]:
 
 def ranktable(
     settings: Settings, environ: Mapping[str, str], started: float, command: str = "ranktable",
-    preflight: str = "off",
+    preflight: str = "off", launcher: Optional[str] = None,
 ) -> TableResult:
     """Steps 1-5: discover, meet the peers, write the table and the env files.
 
@@ -133,36 +134,40 @@ def ranktable(
     with its data, for node 0 to judge with the membership. With MindCluster's hccl.json
     as the source (`table_source`), steps 1-3 are replaced by waiting for that file
     (`ascend_node.sources.mindcluster_file`); the outputs are the same, and there is no pre-flight
-    (no rendezvous to publish in).
+    (no rendezvous to publish in). `launcher`: what `boot` hands over to; a multi-node
+    MindIE pod whose devices MindIE cannot use is refused before the rendezvous
+    (`handoff.device_ids`).
     """
     choice = table_source(settings)
     log.info("rank table source: %s (%s)", choice.source, choice.why)
-    return source_for(choice).build(settings, environ, started, command, preflight)
+    return source_for(choice, launcher).build(settings, environ, started, command, preflight)
 
 
-def source_for(choice: SourceChoice) -> TableSource:
+def source_for(choice: SourceChoice, launcher: Optional[str] = None) -> TableSource:
     """The `TableSource` for a choice; MindCluster's module is imported only when chosen."""
     if choice.source == "mindcluster":
         from ascend_node.sources.mindcluster import MindClusterSource
 
         return MindClusterSource(choice)
-    return VolumeSource(choice)
+    return VolumeSource(choice, launcher)
 
 
 class VolumeSource:
     """Steps 1-5 on the shared volume: discover, meet the peers, write the outputs."""
 
-    def __init__(self, choice: SourceChoice) -> None:
+    def __init__(self, choice: SourceChoice, launcher: Optional[str] = None) -> None:
         self.choice = choice
+        self.launcher = launcher
 
     def build(self, settings: Settings, environ: Mapping[str, str], started: float,
               command: str, preflight: str) -> TableResult:
-        return _ranktable_from_volume(settings, environ, started, command, preflight)
+        return _ranktable_from_volume(settings, environ, started, command, preflight,
+                                      self.launcher)
 
 
 def _ranktable_from_volume(
     settings: Settings, environ: Mapping[str, str], started: float, command: str,
-    preflight: str,
+    preflight: str, launcher: Optional[str] = None,
 ) -> TableResult:
     deadline = started + settings.timeout
     shared_dir, run_id = require_rendezvous_settings(settings)
@@ -172,12 +177,21 @@ def _ranktable_from_volume(
     write_status(settings.state_dir, status)
     events.start_run(settings.state_dir, command, started, run_id)
     identity: Optional[NodeIdentity] = None
+    probe: Optional[HealthProbe] = None
     try:
         with events.phase("discovery") as detail:
             identity = identify(environ)
             logs.set_node(identity.global_index, identity.pod_ip)
-            probe = HealthProbe(preflight, settings.tool_timeout)
+            probe = HealthProbe(preflight, settings.tool_timeout, NodeProbe(
+                dev.resolve_tool(settings.npu_smi, "npu-smi", dev.DEFAULT_NPU_SMI), environ,
+                settings.ascend_root, settings.preflight_hold_wait))
             found = discover(settings, environ, identity, on_devices=probe.start)
+            problem = mindie_device_problem([d.device_id for d in found.devices],
+                                            found.device_source, environ, launcher,
+                                            identity.node_count)
+            if problem is not None:
+                raise ConfigError(*problem)
+            check_hccl_values(environ, preflight)
             # The pre-flight's health probes ran beside the IP queries; what is left of
             # them is part of discovery.
             health, probe_seconds, probe_wait = probe.result([d.ip for d in found.devices])
@@ -186,6 +200,8 @@ def _ranktable_from_volume(
                 detail.update(preflight_probe_seconds=round(probe_seconds, 3),
                               preflight_probe_wait=round(probe_wait, 3))
     except AscendNodeError as exc:
+        if probe is not None:
+            probe.cancel()
         if identity is not None:
             _publish_local_failure(paths, identity, exc, deadline, key)
             leave_summary(settings, identity, command, "failed", exc=exc)
@@ -222,7 +238,9 @@ def _ranktable_from_volume(
     # After the outcome is decided, so it cannot change it (report/record.py).
     leave_summary(settings, identity, command, "table", outcome.attempt_id)
     cluster = record_cluster(settings.state_dir, preflight, outcome.warnings,
-                             probe_seconds, probe_wait)
+                             probe_seconds, probe_wait,
+                             health.node.model_dump(mode="json")
+                             if health is not None and health.node is not None else None)
     with events.phase("outputs"):
         table = json.loads(outcome.ranktable_text)
         env = write_table_outputs(
@@ -234,6 +252,25 @@ def _ranktable_from_volume(
              outcome.attempt_id, len(table["server_list"]), env["WORLD_SIZE"], seconds)
     return TableResult(found, run_id, outcome.attempt_id, table, outcome.ranktable_text, env,
                        paths.shared_table, seconds, started, preflight, cluster, key)
+
+
+def check_hccl_values(environ: Mapping[str, str], preflight: str) -> None:
+    """HCCL values CANN refuses at run time (docs/preflight.md): under `strict` a
+    configuration error of this pod before the rendezvous (exit 1; the peers end with 5),
+    under `warn` a warning, under `off` not looked at."""
+    if preflight == "off":
+        return
+    from ascend_node.discover.hccl_settings import refused_values
+
+    problems = refused_values(environ)
+    if not problems:
+        return
+    text = "; ".join(problems)
+    if preflight == "strict":
+        raise ConfigError(f"HCCL setting CANN refuses: {text}",
+                          "correct it in the job's environment, the same on every pod (or "
+                          "--preflight warn to start anyway)")
+    log.warning("pre-flight: HCCL setting CANN refuses: %s (going on: --preflight warn)", text)
 
 
 def rendezvous_key(settings: Settings, environ: Mapping[str, str]) -> Optional[RendezvousKey]:

@@ -50,7 +50,8 @@ def simulate(
     bad_device: Annotated[Optional[list[str]], typer.Option(
         "--bad-device", help="NODE:DEV:KIND, repeatable: device DEV of node NODE answers "
         "like a broken one; KIND: no-ip, dup-ip, link-down, tls-on, net-fault, tool-fails, "
-        "unreachable (with --boot)", show_default=False)] = None,
+        "npu-busy, unreachable (with --boot); NODE:KIND for a fault of the whole node: "
+        "port-taken, hccl-env, cann-version", show_default=False)] = None,
     keep: Annotated[Optional[bool], typer.Option(
         "--keep/--no-keep", help="Keep the workspace (node logs, state dirs) / remove it; "
         "default: kept only when a node failed", show_default=False)] = None,

@@ -203,7 +203,8 @@ def boot(
         from ascend_node.preflight.policy import effective_policy
 
         policy = effective_policy(settings.preflight, "boot", opts.launcher)
-        result = run_ranktable(settings, os.environ, STARTED, command="boot", preflight=policy)
+        result = run_ranktable(settings, os.environ, STARTED, command="boot", preflight=policy,
+                               launcher=opts.launcher)
         run_boot(settings, os.environ, result, opts)
 
 

@@ -195,6 +195,13 @@ def parse_net_health(text: str) -> Optional[str]:
     return m.group(1).strip() if m else None
 
 
+def parse_netdetect(text: str) -> Optional[str]:
+    """`netdetect address: 11.12.165.1` -> "11.12.165.1" (None if absent; format from
+    a captured `hccn_tool -i N -netdetect -g`, fixtures/hccn/a2-910b3-deploy-doc-returns.txt)."""
+    m = re.search(r"netdetect address\s*:\s*(\S+)", text, re.IGNORECASE)
+    return m.group(1) if m else None
+
+
 def parse_tls_switch(text: str) -> Optional[int]:
     """`tls switch[0](0:disable, 1:enable)` -> 0 (None if absent)."""
     m = re.search(r"tls switch\[([0-9])\]", text)

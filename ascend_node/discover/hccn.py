@@ -42,6 +42,7 @@ class DeviceState:
     link: Optional[str] = None
     health: Optional[str] = None
     tls: Optional[int] = None
+    netdetect: Optional[str] = None  # asked by doctor only (explains net health Init)
     errors: Mapping[str, str] = field(default_factory=dict)
 
     @property
@@ -87,7 +88,7 @@ def query_device_states(
                 slot["errors"]["ip"] = printed(res)
             continue
         parsed: Any = {"link": dev.parse_link_status, "net_health": dev.parse_net_health,
-                       "tls": dev.parse_tls_switch}[what](text)
+                       "tls": dev.parse_tls_switch, "netdetect": dev.parse_netdetect}[what](text)
         if parsed is None:
             slot["errors"][what] = printed(res)
         else:

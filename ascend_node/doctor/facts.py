@@ -53,6 +53,10 @@ class DoctorFacts(BaseModel):
     published_at: float
     devices: tuple[FactDevice, ...] = Field(max_length=64)
     local: dict[str, Status] = Field(default_factory=dict)
+    # What every node must share (issue 28): HCCL settings in force, CANN and driver.
+    hccl: dict[str, str] = Field(default_factory=dict, max_length=16)
+    cann: Optional[str] = Field(default=None, max_length=64)
+    driver: Optional[str] = Field(default=None, max_length=64)
 
 
 def facts_path(paths: RunPaths, index: int) -> Path:
@@ -60,7 +64,9 @@ def facts_path(paths: RunPaths, index: int) -> Path:
 
 
 def make_facts(run_id: str, ident: NodeIdentity, states: Sequence[DeviceState],
-               local: Mapping[str, Status], now: float) -> DoctorFacts:
+               local: Mapping[str, Status], now: float,
+               hccl: Optional[Mapping[str, str]] = None, cann: Optional[str] = None,
+               driver: Optional[str] = None) -> DoctorFacts:
     return DoctorFacts(
         run_id=run_id, global_index=ident.global_index, node_count=ident.node_count,
         master_count=ident.master_count, name=ident.name, pod_ip=ident.pod_ip,
@@ -69,7 +75,8 @@ def make_facts(run_id: str, ident: NodeIdentity, states: Sequence[DeviceState],
                                  link=(s.link or None) and s.link[:32],
                                  health=(s.health or None) and s.health[:64], tls=s.tls)
                       for s in states),
-        local=dict(local))
+        local=dict(local), hccl={k: v[:200] for k, v in (hccl or {}).items()},
+        cann=cann and cann[:64], driver=driver and driver[:64])
 
 
 PeerRead = Union[Valid[DoctorFacts], Invalid, Missing]

@@ -17,6 +17,7 @@ from ascend_node.discover.hccn import HEALTHY_NET as HEALTHY_NET
 from ascend_node.discover.hccn import DeviceState as DeviceState
 from ascend_node.discover.hccn import printed as printed
 from ascend_node.discover.hccn import query_device_states as query_device_states
+from ascend_node.discover.net_health import explain as explain_health
 from ascend_node.discover.netcheck import family, parse_ip, unusable_reason
 from ascend_node.doctor.report import CheckResult, Finding, id_list, skip, verdict
 
@@ -172,10 +173,13 @@ def check_link(states: Sequence[DeviceState]) -> CheckResult:
 
 
 def check_health(states: Sequence[DeviceState]) -> CheckResult:
-    """`device.net_health`: Success (or Init, which MindCluster also treats as healthy)."""
+    """`device.net_health`: Success (or Init, which MindCluster also treats as healthy);
+    every other state with its cause and remedy (`discover.net_health`), and Init with the
+    reason when the detection address says why (`-netdetect -g`)."""
     if not states:
         return skip("device.net_health", NO_DEVICES)
     findings = []
+    notes = []
     for s in states:
         i = s.device_id
         fix = (f"fix device {i}'s link and address first; then check its network path to the "
@@ -183,11 +187,19 @@ def check_health(states: Sequence[DeviceState]) -> CheckResult:
         if s.health is None:
             findings.append(Finding("warn", f"device {i}: net health unknown: "
                                     f"{s.errors.get('net_health', '?')}", fix))
-        elif s.health not in HEALTHY_NET:
+            continue
+        cause, remedy = explain_health(s.health, i, s.netdetect)
+        if s.health not in HEALTHY_NET:
             findings.append(Finding("fail", f"device {i}: net health status {s.health} "
-                                    f"(`hccn_tool -i {i} -net_health -g`)", fix))
-    return verdict("device.net_health", findings,
-                   f"{len(states)} devices Success/Init")
+                                    f"(`hccn_tool -i {i} -net_health -g`): {cause}",
+                                    remedy or fix))
+        elif s.health == "Init":
+            notes.append(f"device {i} Init: {cause}")
+    message = f"{len(states)} devices Success/Init"
+    if notes:
+        message += "; " + "; ".join(notes[:4]) + (f"; and {len(notes) - 4} more Init"
+                                                  if len(notes) > 4 else "")
+    return verdict("device.net_health", findings, message)
 
 
 def check_tls(states: Sequence[DeviceState]) -> CheckResult:

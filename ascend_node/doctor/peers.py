@@ -84,6 +84,23 @@ def check_peer_versions(facts: Sequence[DoctorFacts]) -> CheckResult:
 
 
 
+def check_peer_hccl(facts: Sequence[DoctorFacts]) -> CheckResult:
+    """`peers.hccl`: one value of each HCCL setting that must agree, one CANN and one driver
+    version on every node (the pre-flight's rule, `preflight.agree`: EI0006 much later)."""
+    if (alone := _alone("peers.hccl", facts)) is not None:
+        return alone
+    from ascend_node.discover.health import NodeFacts
+    from ascend_node.preflight.agree import judge_node_facts
+
+    master_count = facts[0].master_count
+    faults, _warnings = judge_node_facts(
+        {f.global_index: NodeFacts(hccl=f.hccl, cann=f.cann, driver=f.driver) for f in facts},
+        master_count)
+    findings = [Finding("fail", *reason.split("; fix: ", 1)) for reason, _nodes in faults]
+    return verdict("peers.hccl", findings, "one value of each HCCL setting, one CANN and one "
+                   "driver version on every node that reports them")
+
+
 def check_peer_duplicates(facts: Sequence[DoctorFacts]) -> CheckResult:
     """`peers.duplicate_ip`: no device address on two nodes (HCCL needs unique device_ip)."""
     if (alone := _alone("peers.duplicate_ip", facts)) is not None:

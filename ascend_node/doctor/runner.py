@@ -16,12 +16,20 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from ascend_node.discover import devices as dev
+from ascend_node.discover.hccl_settings import effective_settings, read_versions
 from ascend_node.discover.identity import NodeIdentity
 from ascend_node.doctor.facts import (
     FACTS_MAX_AGE,
     collect_peer_facts,
     facts_path,
     make_facts,
+)
+from ascend_node.doctor.hccl_risks import (
+    check_hccl_ports,
+    check_hccl_settings,
+    check_npu_processes,
+    check_server_env,
+    check_versions,
 )
 from ascend_node.doctor.local import (
     check_hccn_conf,
@@ -47,6 +55,7 @@ from ascend_node.doctor.peers import (
     check_peer_devices,
     check_peer_duplicates,
     check_peer_family,
+    check_peer_hccl,
     check_peer_netmask,
     check_peer_subnet,
     check_peer_tls,
@@ -183,7 +192,8 @@ def run_doctor(
         dev_ids = ()
     checks.append(check_visible(used, error, env_ids, dev_ids, dev_dir))
     conf, conf_note = read_hccn_conf(settings.hccn_conf)
-    states = (query_device_states(used.ids, hccn_tool, settings.tool_timeout, conf or {}, runner)
+    states = (query_device_states(used.ids, hccn_tool, settings.tool_timeout, conf or {}, runner,
+                                  probes=("ip", "link", "net_health", "tls", "netdetect"))
               if used else [])
     checks += [check_ips(states), check_unique_ips(states), check_ip_family(states),
                check_link(states), check_health(states), check_tls(states),
@@ -231,10 +241,22 @@ def run_doctor(
     holders, hidden = find_npu_holders(proc_root, skip)
     checks.append(check_npu_holders(holders, hidden, server_pid, proc_root))
 
+    # What the start-up pre-flight and boot check (docs/preflight.md).
+    versions = read_versions(settings.ascend_root)
+    ids = list(used.ids) if used else []
+    checks += [check_npu_processes(ids, npu_smi, settings.tool_timeout, server_pid, runner),
+               check_hccl_ports(environ, versions.cann, proc_root, server_pid is not None),
+               check_hccl_settings(environ),
+               check_versions(versions, settings.ascend_root),
+               check_server_env(environ, ids, used.source if used else "-", multinode,
+                                ident.node_count if ident else None,
+                                str(where.path) if where.path else None)]
+
     facts: dict[str, Any] = {}
     if peers and paths is not None and ident is not None:
         local = {c.id: c.status for c in checks}
-        mine = make_facts(paths.run_id, ident, states, local, time.time())
+        mine = make_facts(paths.run_id, ident, states, local, time.time(),
+                          effective_settings(environ), versions.cann, versions.driver)
         write_doc(facts_path(paths, ident.global_index), mine, paths.shared_dir)
         fresh_after = started_wall - FACTS_MAX_AGE
         reads = collect_peer_facts(paths, ident.global_index, ident.node_count, peer_wait,
@@ -243,7 +265,8 @@ def run_doctor(
         everyone = sorted([mine, *peer_facts], key=lambda f: f.global_index)
         checks += [check_peers_present(reads, ident.master_count, peer_wait, fresh_after),
                    check_peer_devices(everyone, settings.allow_uneven_devices),
-                   check_peer_versions(everyone), check_peer_duplicates(everyone),
+                   check_peer_versions(everyone), check_peer_hccl(everyone),
+                   check_peer_duplicates(everyone),
                    check_peer_family(everyone), check_peer_netmask(everyone),
                    check_peer_subnet(everyone), check_peer_tls(everyone)]
         pairs, skipped, sampled_out = ping_pairs(mine, peer_facts)

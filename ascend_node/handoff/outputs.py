@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 import shlex
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, Optional, TypeVar
 
@@ -37,6 +37,9 @@ class EnvDoc(BaseModel):
     model_config = ConfigDict(defer_build=True, extra="forbid")
     schema_version: Literal[1] = 1
     env: dict[str, str]
+    # What boot took out of the server's environment, and what it noticed (issue 28).
+    unset: list[str] = []
+    notes: list[str] = []
 
 
 def check_table_path(path: Path) -> None:
@@ -80,9 +83,15 @@ def table_env(
     }
 
 
-def render_env_script(env: Mapping[str, str]) -> str:
-    """`export NAME='value'` lines, safe for sh and bash whatever the value holds."""
+def render_env_script(env: Mapping[str, str], unset: Sequence[str] = ()) -> str:
+    """`export NAME='value'` lines (and `unset NAME` for what the server must not get),
+    safe for sh and bash whatever the value holds."""
     lines = ["# Written by ascend-node; source it from sh or bash."]
+    for name in [*sorted(env), *sorted(unset)]:
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+            raise ConfigError(f"environment name {name!r} cannot be exported",
+                              "names must match [A-Za-z_][A-Za-z0-9_]*")
+    lines += [f"unset {name}" for name in sorted(unset)]
     for name in sorted(env):
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
             raise ConfigError(f"environment name {name!r} cannot be exported",
@@ -117,9 +126,10 @@ def write_table_outputs(
     return env
 
 
-def write_env(state_dir: Path, env: Mapping[str, str], owner: Optional[tuple[int, int]]) -> None:
-    _write(state_dir / ENV_SCRIPT, render_env_script(env).encode(), 0o640, owner)
-    doc = EnvDoc(env=dict(env))
+def write_env(state_dir: Path, env: Mapping[str, str], owner: Optional[tuple[int, int]],
+              unset: Sequence[str] = (), notes: Sequence[str] = ()) -> None:
+    _write(state_dir / ENV_SCRIPT, render_env_script(env, unset).encode(), 0o640, owner)
+    doc = EnvDoc(env=dict(env), unset=list(unset), notes=list(notes))
     _write(state_dir / ENV_JSON, (doc.model_dump_json(indent=2) + "\n").encode(), 0o640, owner)
 
 

@@ -3,7 +3,8 @@
 HCCL needs one TLS switch on every device of every node (EI0016 at root-info init) and
 every device's RoCE link UP; a net health other than Success or Init (MindCluster treats
 both as healthy: Ascend/mind-cluster component/ascend-common/devmanager/common/
-constants.go) often recovers and is reported, not fatal. A member that published no facts
+constants.go) often recovers and is reported, not fatal. The node-wide facts (held NPUs,
+host ports, HCCL settings, versions) are judged by `agree`. A member that published no facts
 (preflight off there, or an older agent) is skipped: its absence is not evidence of a fault.
 """
 
@@ -16,6 +17,7 @@ from ascend_node.discover.devices import id_list
 from ascend_node.discover.hccn import HEALTHY_NET
 from ascend_node.discover.health import NodeHealth
 from ascend_node.discover.identity import node_name
+from ascend_node.preflight.agree import judge_node_facts
 
 TLS_REMEDY = ("set one value on every device of every node, e.g. `hccn_tool -i <dev> -tls -s "
               "enable 0` for each device of {nodes} (MindIE's FAQ), then restart the job")
@@ -90,6 +92,11 @@ def judge_health(health: Mapping[int, NodeHealth], master_count: int) -> HealthV
         warnings.append(f"link, net health or TLS switch unknown on "
                         f"{_where(unknown, master_count)} (hccn_tool gave no value); "
                         "not checked there")
+    facts = {i: h.node for i, h in health.items() if h.node is not None}
+    if facts:
+        node_faults, node_warnings = judge_node_facts(facts, master_count)
+        faults.extend(Fault(reason, nodes) for reason, nodes in node_faults)
+        warnings.extend(node_warnings)
     return HealthVerdict(tuple(faults), tuple(warnings))
 
 

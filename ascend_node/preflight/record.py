@@ -8,7 +8,7 @@ import logging
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 from ascend_node.atomic import atomic_write_bytes
 from ascend_node.preflight.report import PREFLIGHT_JSON
@@ -17,14 +17,18 @@ log = logging.getLogger("ascend_node.preflight")
 
 
 def record_cluster(state_dir: Path, policy: str, warnings: Sequence[str],
-                   seconds: float = 0.0, waited: float = 0.0) -> dict[str, Any]:
-    """Log node 0's pre-flight warnings (every node does, so each pod's log has them)."""
+                   seconds: float = 0.0, waited: float = 0.0,
+                   node: Optional[dict[str, Any]] = None) -> dict[str, Any]:
+    """Log node 0's pre-flight warnings (every node does, so each pod's log has them).
+    `node`: this node's own node-wide facts as it published them (holders, ports, HCCL
+    settings, versions), for `status --json`."""
     for w in warnings:
         log.warning("pre-flight: %s", w)
     doc: dict[str, Any] = {"schema_version": 1, "policy": policy,
                            "cluster": {"checked": policy != "off", "warnings": list(warnings),
                                        "probe_seconds": round(seconds, 3),
-                                       "probe_wait_seconds": round(waited, 3)},
+                                       "probe_wait_seconds": round(waited, 3),
+                                       "node": node},
                            "reach": None, "updated_at": time.time()}
     write_preflight(state_dir, doc)
     return doc

@@ -13,6 +13,7 @@ import ipaddress
 import json
 import os
 import random
+import socket
 import subprocess
 import sys
 import tempfile
@@ -30,9 +31,10 @@ from ascend_node.sim.fake_tools import (
     install_boot_fakes,
     install_tools,
     tool_env,
+    write_ascend_root,
     write_node_data,
 )
-from ascend_node.sim.faults import BadDevice, apply_bad_devices
+from ascend_node.sim.faults import SIM_CANN, BadDevice, apply_bad_devices
 
 _POD_BASE = ipaddress.IPv4Address("10.200.0.10")
 _HOST_BASE = ipaddress.IPv4Address("10.100.0.10")
@@ -93,6 +95,8 @@ class SimNode:
     argv: list[str] = field(default_factory=list)
     seat: Optional[SuperPodSeat] = None
     unreachable: set[str] = field(default_factory=set)  # peer IPs no local device reaches
+    cann: str = SIM_CANN  # what the node's fake toolkit's version.cfg says
+    listeners: list[socket.socket] = field(default_factory=list)  # port-taken's sockets
 
 
 @dataclass
@@ -227,6 +231,9 @@ def prepare(spec: SimSpec, work: Path, shared_dir: Path) -> list[SimNode]:
             "ASCEND_NODE_TIMEOUT": f"{spec.timeout:g}",
             "ASCEND_NODE_HCCN_CONF": str(node_dir / "hccn.conf"),
             "ASCEND_NODE_PROGRESS_INTERVAL": "2",
+            # The fake CANN's version files; a held NPU is waited for 2 s, not 30.
+            "ASCEND_NODE_ASCEND_ROOT": str(node_dir / "Ascend"),
+            "ASCEND_NODE_PREFLIGHT_HOLD_WAIT": "2",
             "ASCEND_VISIBLE_DEVICES": ",".join(str(d) for d in range(spec.devices)),
             "PYTHONUNBUFFERED": "1",
         })
@@ -274,6 +281,7 @@ def launch(nodes: Sequence[SimNode], timeout: float, on_tick: Optional[Tick] = N
     no node running."""
     for node in nodes:
         write_node_data(node.data_dir, node.devices, node.seat, node.unreachable)
+        write_ascend_root(node.state_dir.parent / "Ascend", node.cann)
     pending = sorted(nodes, key=lambda n: n.start_delay)
     running: dict[int, _Running] = {}
     ended: dict[int, NodeResult] = {}
@@ -362,7 +370,13 @@ def run_cluster(spec: SimSpec, shared_dir: Optional[Path] = None,
         for node in nodes:
             node.start_delay = random.uniform(0, 0.5)
     t0 = time.monotonic()
-    results = launch([n for n in nodes if n.index not in spec.absent], spec.timeout, on_tick)
+    try:
+        results = launch([n for n in nodes if n.index not in spec.absent], spec.timeout,
+                         on_tick)
+    finally:
+        for node in nodes:
+            for sock in node.listeners:
+                sock.close()
     wall = time.monotonic() - t0
     table_path = shared / f"ranktable-{spec.run_id}.json"
     text = table_path.read_text() if table_path.is_file() else None

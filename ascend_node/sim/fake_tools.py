@@ -9,7 +9,7 @@ ping summary.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
@@ -45,6 +45,7 @@ NPU_SMI_SCRIPT = r"""#!/bin/sh
 # Fake npu-smi (ascend-node simulation): `info -m` from $ASCEND_NODE_SIM_DATA/npu-smi-m,
 # `info -t spod-info -i <npu> -c <chip>` from spod.<npu>.<chip> (A3 super-pod nodes only).
 d=${ASCEND_NODE_SIM_DATA:?ASCEND_NODE_SIM_DATA is not set}
+if [ "$#" = 1 ] && [ "$1" = info ] && [ -f "$d/npu-smi-info" ]; then cat "$d/npu-smi-info"; exit 0; fi
 if [ "$1 $2" = "info -m" ] && [ -f "$d/npu-smi-m" ]; then cat "$d/npu-smi-m"; exit 0; fi
 if [ "$1 $2 $3" = "info -t spod-info" ]; then
   shift 3; npu=; chip=
@@ -118,6 +119,7 @@ class FakeDevice:
     extra: dict[str, str] = field(default_factory=dict)
     sdid: Optional[int] = None  # A3 super-pod device: its SDID (spod-info answers)
     answers: bool = True  # False: hccn_tool fails every query of it (exit 255)
+    holders: list[tuple[int, str, int]] = field(default_factory=list)  # (pid, name, MB)
 
 
 @dataclass(frozen=True)
@@ -146,6 +148,41 @@ def a3_chip(device_id: int) -> tuple[int, int]:
     03_ascend_ai_processor_based_affinity.md; the 2n/2n+1 numbering is from third-party test
     mocks (vllm-ascend cpu_binding unit test), not an official capture."""
     return device_id // 2, device_id % 2
+
+
+_BAR = "+" + "-" * 27 + "+" + "-" * 15 + "+" + "-" * 52 + "+"
+_EQ = "+" + "=" * 27 + "+" + "=" * 15 + "+" + "=" * 52 + "+"
+
+
+def npu_smi_info_text(devices: Sequence[FakeDevice], a3: bool) -> str:
+    """`npu-smi info` in the 25.x layout of the real captures (fixtures/npu-smi/
+    a2-910b4-2npu-vllm-running.txt, a3-16chip-vllm-running-noname.txt): the device table
+    (A3 adds `Phy-ID` to each chip's line), then the process table, with each device's
+    `holders` as rows."""
+    out = ["+" + "-" * 96 + "+",
+           f"| {'npu-smi 25.2.0':<32} {'Version: 25.2.0':<62}|", _BAR,
+           f"| {'NPU   Name':<26}| {'Health':<14}| {'Power(W)    Temp(C)':<51}|",
+           f"| {'Chip  Phy-ID' if a3 else 'Chip':<26}| {'Bus-Id':<14}| "
+           f"{'AICore(%)   Memory-Usage(MB)':<51}|", _EQ]
+    rows: list[tuple[int, int, FakeDevice]] = []
+    for d in devices:
+        npu, chip = a3_chip(d.device_id) if a3 else (d.device_id, 0)
+        rows.append((npu, chip, d))
+        chip_cell = f"{chip:<6}{d.device_id}" if a3 else f"{chip}"
+        out += [f"| {f'{npu:<6}Ascend910':<26}| {'OK':<14}| {'90.0        32':<51}|",
+                f"| {chip_cell:<26}| {'0000:C1:00.0':<14}| {'0           0    / 0':<51}|",
+                _EQ]
+    out += [_BAR, f"| {'NPU     Chip':<26}| {'Process id':<14}| {'Process name':<25}| "
+                  f"{'Process memory(MB)':<24}|", _EQ]
+    for npu in sorted({r[0] for r in rows}):
+        held = [(chip, h) for n, chip, d in rows if n == npu for h in d.holders]
+        if not held:
+            out += [f"| {f'No running processes found in NPU {npu}':<95}|", _EQ]
+            continue
+        for chip, (pid, name, mb) in held:
+            out.append(f"| {f'{npu:<8}{chip}':<26}| {pid:<14}| {name:<25}| {mb:<24}|")
+        out.append(_EQ)
+    return "\n".join(out) + "\n"
 
 
 def install_tools(bin_dir: Path) -> tuple[Path, Path]:
@@ -207,6 +244,12 @@ def write_node_data(data_dir: Path, devices: list[FakeDevice],
         files[f"{i}.ip"] = f"ipaddr:{d.ip}\nnetmask:{d.netmask}\n" if d.ip is not None else "\n"
         files[f"{i}.link"] = f"link status: {d.link}\n"
         files[f"{i}.net_health"] = f"net health status: {d.health}\n"
+        # Init is what a device without a detection address reports (docs/doctor.md).
+        if d.health == "Init" or d.ip is None:
+            detect = "0.0.0.0"
+        else:
+            detect = d.ip.rsplit(".", 1)[0] + ".254" if "." in d.ip else d.ip
+        files[f"{i}.netdetect"] = f"netdetect address: {detect}\n"
         files[f"{i}.tls"] = (
             f"dev_id:{i}, tls switch[{d.tls}](0:disable, 1:enable), tls preconfigured[1]"
             "(0:non-preset, 1:preset), tls alarm time threshold[60]days\n"
@@ -229,8 +272,23 @@ def write_node_data(data_dir: Path, devices: list[FakeDevice],
             if d.sdid is not None:
                 files[f"spod.{npu}.{chip}"] = spod_info_text(d.sdid, seat)
     files["npu-smi-m"] = "\n".join(rows) + "\n"
+    files["npu-smi-info"] = npu_smi_info_text(devices, seat is not None)
     for name, text in files.items():
         (data_dir / name).write_text(text)
+
+
+def write_ascend_root(root: Path, cann: str, driver: str = "24.1.rc2.2") -> None:
+    """A container's CANN version files, in the real captures' formats
+    (fixtures/npu-smi/a2-mindie-2.1-container-versions.txt): the toolkit's version.cfg
+    and the driver's version.info."""
+    latest = root / "ascend-toolkit" / "latest"
+    latest.mkdir(parents=True, exist_ok=True)
+    (latest / "version.cfg").write_text(
+        "# version: 1.0\n" + "".join(f"{part}_running_version=[8.0.0.0.0:{cann}]\n"
+                                     for part in ("runtime", "compiler", "hccl", "toolkit")))
+    (root / "driver").mkdir(parents=True, exist_ok=True)
+    (root / "driver" / "version.info").write_text(
+        f"Version={driver}\nascendhal_version=7.35.23\npackage_version={driver}\n")
 
 
 def tool_env(hccn_tool: Path, npu_smi: Path, data_dir: Path, delay: float = 0.0
@@ -245,5 +303,5 @@ def tool_env(hccn_tool: Path, npu_smi: Path, data_dir: Path, delay: float = 0.0
     return env
 
 
-__all__ = ["FakeDevice", "SuperPodSeat", "a3_chip", "install_tools", "spod_info_text",
-           "tool_env", "write_node_data"]
+__all__ = ["FakeDevice", "SuperPodSeat", "a3_chip", "install_tools", "npu_smi_info_text",
+           "spod_info_text", "tool_env", "write_ascend_root", "write_node_data"]

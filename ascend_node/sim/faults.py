@@ -9,11 +9,15 @@ and docs/preflight.md that a device can have.
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from ascend_node.errors import UsageError
+
+SIM_CANN = "8.3.RC2"
+"""The CANN toolkit version every simulated node reports (`cann-version` changes one)."""
 
 if TYPE_CHECKING:
     from ascend_node.sim.fake_tools import FakeDevice
@@ -26,6 +30,9 @@ class SimNode(Protocol):
     index: int
     devices: list[FakeDevice]
     unreachable: set[str]
+    env: dict[str, str]
+    cann: str
+    listeners: list[socket.socket]
 
 
 @dataclass(frozen=True)
@@ -37,6 +44,7 @@ class Kind:
     peers_exit: int  # the exit of every other node
     needs_boot: bool = False  # the check that catches it runs in `boot` only
     needs_peer: bool = False  # the fault exists only between two nodes
+    node_wide: bool = False  # `NODE:KIND`: the node, not one device, is at fault
 
 
 KINDS: dict[str, Kind] = {
@@ -49,6 +57,14 @@ KINDS: dict[str, Kind] = {
     "tool-fails": Kind("every query of the device fails with exit 255", 1, 5),
     "unreachable": Kind("pings from and to the device are lost (100% loss)", 5, 5,
                         needs_boot=True),
+    "npu-busy": Kind("`npu-smi info` lists a process (PID 4242, python3) on the device "
+                     "that does not end within the hold wait", 5, 5),
+    "port-taken": Kind("a real socket listens on the first port of the node's HCCL range "
+                       "(HCCL_IF_BASE_PORT set to it)", 5, 5, node_wide=True),
+    "hccl-env": Kind("the node runs with HCCL_CONNECT_TIMEOUT=600 where the others "
+                     "have the default 120", 5, 5, needs_peer=True, node_wide=True),
+    "cann-version": Kind("the node's toolkit says CANN 8.2.RC1 where the others say "
+                         f"{SIM_CANN}", 5, 5, needs_peer=True, node_wide=True),
 }
 """Exits with the default pre-flight policy (`strict`). One node alone has no peers:
 then the node's own exit is the simulation's."""
@@ -62,12 +78,21 @@ class BadDevice:
 
     @property
     def text(self) -> str:
+        if KINDS[self.kind].node_wide:
+            return f"{self.node}:{self.kind}"
         return f"{self.node}:{self.device}:{self.kind}"
 
 
 def parse_bad_device(text: str) -> BadDevice:
-    """`NODE:DEV:KIND`, e.g. `1:3:link-down`; UsageError naming the value otherwise."""
+    """`NODE:DEV:KIND`, e.g. `1:3:link-down`, or `NODE:KIND` for a node-wide kind
+    (`1:port-taken`); UsageError naming the value otherwise."""
     parts = text.split(":")
+    if len(parts) == 2 and parts[1].strip() in KINDS and KINDS[parts[1].strip()].node_wide:
+        parts = [parts[0], "0", parts[1]]
+    elif len(parts) == 3 and parts[2].strip() in KINDS and KINDS[parts[2].strip()].node_wide:
+        raise UsageError(f"--bad-device {text!r}: {parts[2].strip()} is a fault of the "
+                         "whole node", f"write it NODE:KIND, e.g. --bad-device "
+                         f"{parts[0].strip()}:{parts[2].strip()}")
     if len(parts) != 3:
         raise UsageError(f"--bad-device {text!r} is not NODE:DEV:KIND",
                          f"e.g. --bad-device 1:3:link-down; kinds: {', '.join(KINDS)}")
@@ -109,7 +134,8 @@ def check_bad_devices(bad: Sequence[BadDevice], nodes: int, devices: int,
                              "the pings that find an unreachable device run in boot only")
         if kind.needs_peer and nodes < 2:
             raise UsageError(f"--bad-device {b.text} needs a second node (--nodes 2 or more)",
-                             "dup-ip copies the address of the same device on the next node")
+                             "dup-ip copies the address of the same device on the next "
+                             "node; hccl-env and cann-version differ from another node")
 
 
 def apply_bad_devices(nodes: Sequence[SimNode], bad: Sequence[BadDevice]) -> None:
@@ -140,6 +166,20 @@ def apply_bad_devices(nodes: Sequence[SimNode], bad: Sequence[BadDevice]) -> Non
             for other in nodes:
                 if other is not node and device.ip is not None:
                     other.unreachable.add(device.ip)
+        elif b.kind == "npu-busy":
+            device.holders.append((4242, "python3", 61440))
+        elif b.kind == "port-taken":
+            # A real listener in this (the host's) network namespace, on a free port,
+            # and the node's HCCL range moved onto it: the agent must find it for real.
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.bind(("127.0.0.1", 0))
+            sock.listen(1)
+            node.listeners.append(sock)
+            node.env["HCCL_IF_BASE_PORT"] = str(sock.getsockname()[1])
+        elif b.kind == "hccl-env":
+            node.env["HCCL_CONNECT_TIMEOUT"] = "600"
+        elif b.kind == "cann-version":
+            node.cann = "8.2.RC1"
 
 
 __all__ = ["KINDS", "BadDevice", "Kind", "apply_bad_devices", "check_bad_devices",
