@@ -34,7 +34,13 @@ from ascend_node.rendezvous.models import DeviceRecord, MemberData
 from ascend_node.rendezvous.protocol import Rendezvous, node0_failure, publish_failure
 from ascend_node.rendezvous.seal import KEY_FILE_ENV, RendezvousKey, load_key
 from ascend_node.rendezvous.store import RunPaths
-from ascend_node.rendezvous.volume_call import VolumeUnanswered, run_watched
+from ascend_node.rendezvous.volume_call import (
+    VolumeUnanswered,
+    call,
+    raise_if_io,
+    retrying,
+    run_watched,
+)
 from ascend_node.settings import Settings
 from ascend_node.sources.base import Discovery as Discovery
 from ascend_node.sources.base import SourceChoice, TableSource, choose_table_source
@@ -112,7 +118,14 @@ def require_rendezvous_settings(settings: Settings) -> tuple[Path, str]:
             "no shared directory: --shared-dir, ASCEND_NODE_SHARED_DIR and MODEL_PATH are unset",
             "mount the job's shared PVC and point --shared-dir (or MODEL_PATH) at it",
         )
-    if not settings.shared_dir.is_dir():
+    try:
+        with call("inspect", settings.shared_dir):
+            is_dir = settings.shared_dir.is_dir()
+    except OSError as exc:  # pathlib answers "no" for a missing one; this is the volume
+        raise_if_io(exc, settings.shared_dir, "inspect")
+        raise ConfigError(f"cannot inspect shared directory {settings.shared_dir}: "
+                          f"{exc.strerror or exc}", "check the shared volume's mount") from exc
+    if not is_dir:
         raise ConfigError(
             f"shared directory {settings.shared_dir} (from "
             f"{settings.sources.get('shared_dir', '?')}) does not exist or is not a directory",
@@ -171,7 +184,8 @@ def _ranktable_from_volume(
     # The first look at the shared directory (is it one?) may already meet a volume that
     # does not answer: watched like every later call (`volume_call`).
     shared_dir, run_id = run_watched(
-        lambda: require_rendezvous_settings(settings), deadline,
+        lambda: retrying(lambda: require_rendezvous_settings(settings), deadline,
+                         settings.timeout), deadline,
         settings.shared_dir or "the shared directory", settings.timeout,
         settings.progress_interval)
     key = rendezvous_key(settings, environ)

@@ -255,3 +255,41 @@ def unanswered(stuck: Optional[Call], where: Union[str, Path], timeout: float,
         "the shared volume (its NFS server or storage) stopped answering; check it, "
         "then restart the job; exit 4 is retryable",
     )
+
+
+RETRY_EVERY = 1.0
+"""Seconds between tries after the volume failed a call with an I/O error (a soft mount's
+EIO or ETIMEDOUT has already waited `timeo` times `retrans` in the kernel)."""
+
+
+def retrying(work: Callable[[], T], deadline: float, timeout: float,
+             clock: Callable[[], float] = time.monotonic,
+             sleep: Callable[[float], None] = time.sleep) -> T:
+    """`work()`, tried again every `RETRY_EVERY` s while it fails with `VolumeIOError`
+    (each distinct failure logged once) until `deadline`, then `VolumeUnanswered` naming
+    the last failure. A time-out of `work` itself after such failures says so too: the
+    volume's errors may be why the peers did not arrive."""
+    failed: Optional[VolumeIOError] = None
+    failures = 0
+    while True:
+        try:
+            return work()
+        except VolumeIOError as exc:
+            failures += 1
+            if failed is None or failed.cause != exc.cause:
+                log.warning("%s; retrying until the deadline", exc.cause)
+            failed = exc
+        except PeerTimeout as exc:
+            if failed is None or isinstance(exc, VolumeUnanswered):
+                raise
+            raise type(exc)(f"{exc.cause}; the shared volume failed {failures} time(s) "
+                            f"with I/O errors meanwhile, the last: {failed.cause}",
+                            exc.hint) from exc
+        if clock() >= deadline:
+            raise VolumeUnanswered(
+                f"timed out after {timeout:g} s: the shared volume failed {failures} "
+                f"time(s) with I/O errors, the last: {failed.cause}",
+                "the shared volume (its NFS server or storage) did not answer; check it, "
+                "then restart the job; exit 4 is retryable",
+            ) from failed
+        sleep(min(RETRY_EVERY, max(0.0, deadline - clock())))
