@@ -206,3 +206,24 @@ def test_a_soft_mount_failing_until_the_deadline_is_exit_4_naming_the_io_error(
         cause = _cause(result.stderr)
         assert "I/O error" in cause and "Input/output error" in cause, cause
         assert str(tmp_path / "shared") in cause
+
+
+def test_doctor_reports_a_volume_that_does_not_answer_instead_of_hanging(
+        tmp_path: Path) -> None:
+    import subprocess
+
+    from ascend_node.doctor.runner import VOLUME_ANSWER
+
+    shared, flag = tmp_path / "shared", tmp_path / "frozen"
+    shared.mkdir()
+    flag.touch()
+    env = {**os.environ, "FROZEN_VOLUME_ROOT": str(shared), "FROZEN_VOLUME_FLAG": str(flag),
+           "ASCEND_NODE_SHARED_DIR": str(shared), "ASCEND_NODE_STATE_DIR": str(tmp_path / "s")}
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, str(FAKE), "doctor", "--json"], env=env,
+                          capture_output=True, text=True, timeout=VOLUME_ANSWER + 60)
+    assert time.monotonic() - started < VOLUME_ANSWER + SLACK + 5
+    checks = {c["id"]: c for c in json.loads(done.stdout)["checks"]}
+    assert checks["volume.answer"]["status"] == "fail"
+    assert str(shared) in checks["volume.answer"]["message"]
+    assert "did not answer" in checks["volume.answer"]["message"]
