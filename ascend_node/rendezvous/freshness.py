@@ -108,7 +108,8 @@ def attributes_are_current(path: Path, mountinfo: Optional[str] = None) -> bool:
                                                                errors="replace")
         except OSError:
             return True
-    real = os.path.realpath(path)
+    with call("resolve", path):  # resolving symlinks: calls on the volume
+        real = os.path.realpath(path)
     best, fs_type = -1, ""
     for line in mountinfo.splitlines():
         left, sep, right = line.partition(" - ")

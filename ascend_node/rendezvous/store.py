@@ -43,7 +43,7 @@ from ascend_node.rendezvous.models import (
     SlotDoc,
 )
 from ascend_node.rendezvous.seal import AUTH, AuthProblem, RendezvousKey, seal, unseal, where_of
-from ascend_node.rendezvous.volume_call import call, raise_if_io
+from ascend_node.rendezvous.volume_call import call, io_error, raise_if_io
 
 MAX_DOC_BYTES = 64 * 1024 * 1024
 T = TypeVar("T", bound=BaseModel)
@@ -318,8 +318,14 @@ def volume_error(exc: OSError, path: Path, action: str) -> SharedVolumeError:
 
     A kernel pseudo-filesystem given as the shared directory (`/proc`, `/sys`) answers
     with ENOENT or EACCES, which would read as a missing or locked-down directory: the
-    mount table names what it really is (read only here, on the error path).
+    mount table names what it really is (read only here, on the error path). An I/O
+    error of the volume itself (EIO, ETIMEDOUT...) is a `VolumeIOError`, which the
+    rendezvous retries within its deadline (`volume_call`); it is told first, as the
+    mount table's lookup resolves the path through the volume that failed.
     """
+    failed = io_error(exc, path, action)
+    if failed is not None:
+        return failed
     pseudo = _pseudo_mount(path)
     if pseudo is not None:
         return _pseudo_error(pseudo, path, action, exc)
@@ -337,7 +343,8 @@ def volume_error(exc: OSError, path: Path, action: str) -> SharedVolumeError:
 
 
 def _pseudo_mount(path: Path) -> Optional[Mount]:
-    mount = mount_for(str(path))
+    with call("resolve", path):  # `mount_for` resolves symlinks: calls on the volume
+        mount = mount_for(str(path))
     return mount if mount is not None and mount.fs_type in PSEUDO_FS_TYPES else None
 
 

@@ -94,6 +94,7 @@ class Call:
 
 _in_flight: dict[int, Call] = {}
 _abandoned: list[threading.Thread] = []
+_last_io_error: list[VolumeIOError] = []  # the latest only: named if the deadline comes
 
 
 class call:
@@ -250,6 +251,8 @@ def unanswered(stuck: Optional[Call], where: Union[str, Path], timeout: float,
                 f"({describe(stuck, where)})")
     else:
         what = f"the shared volume did not answer in time ({describe(None, where)})"
+        if _last_io_error:
+            what += f"; its last I/O error: {_last_io_error[0].cause}"
     return VolumeUnanswered(
         f"timed out after {timeout:g} s: {what}; the peers' state could not be read",
         "the shared volume (its NFS server or storage) stopped answering; check it, "
@@ -275,6 +278,7 @@ def retrying(work: Callable[[], T], deadline: float, timeout: float,
         try:
             return work()
         except VolumeIOError as exc:
+            _last_io_error[:] = [exc]
             failures += 1
             if failed is None or failed.cause != exc.cause:
                 log.warning("%s; retrying until the deadline", exc.cause)
