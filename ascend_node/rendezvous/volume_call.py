@@ -251,8 +251,8 @@ def unanswered(stuck: Optional[Call], where: Union[str, Path], timeout: float,
                 f"({describe(stuck, where)})")
     else:
         what = f"the shared volume did not answer in time ({describe(None, where)})"
-        if _last_io_error:
-            what += f"; its last I/O error: {_last_io_error[0].cause}"
+    if _last_io_error:
+        what += f"; its last I/O error: {_last_io_error[0].cause}"
     return VolumeUnanswered(
         f"timed out after {timeout:g} s: {what}; the peers' state could not be read",
         "the shared volume (its NFS server or storage) stopped answering; check it, "
