@@ -103,6 +103,14 @@ if [ "$BED_ROLE" = server ]; then
   while read -r cmd arg; do
     case "$cmd" in
       nfsd) say "nfsd $arg $(cut -d' ' -f1 /proc/uptime) $(tr '\n' '|' < /proc/net/rpc/nfsd)" ;;
+      # `restart <k> <seconds>`: stop every nfsd thread (the server forgets no state but
+      # answers nothing), start them again after <seconds>; then a new grace period.
+      restart) set -- $arg
+        rpc.nfsd 0
+        say "nfsd-stopped $1 $(cut -d' ' -f1 /proc/uptime)"
+        sleep "$2"
+        rpc.nfsd -G "${BED_GRACE:-10}" -L "${BED_LEASE:-10}" 8
+        say "nfsd-started $1 $(cut -d' ' -f1 /proc/uptime)" ;;
     esac
   done
   while :; do sleep 3600; done
@@ -450,7 +458,7 @@ class Bed:
                 continue
             if line.startswith(prefix):
                 return line
-            if line.startswith(("done ", "stats ", "nfsd ")):
+            if line.startswith(("done ", "stats ", "nfsd ", "nfsd-")):
                 guest.kept.append(line)
             if line.startswith(("fail", "eof")):
                 raise BedError(f"{guest.name}: {line} (console: "
@@ -569,12 +577,30 @@ class Bed:
         self.start_run(nodes, hard_timeout, lead)
         return self.finish_run()
 
+    # -- faults of the server --------------------------------------------------------
+    def freeze_server(self) -> None:
+        """Stop the server guest (SIGSTOP to its process group): a NAS that hangs. Its
+        clients' calls wait (hard mounts) or time out (soft) until `thaw_server`."""
+        os.killpg(self.guests[0].proc.pid, signal.SIGSTOP)
+
+    def thaw_server(self) -> None:
+        os.killpg(self.guests[0].proc.pid, signal.SIGCONT)
+
+    def restart_nfsd(self, down: float, timeout: float = 60.0) -> None:
+        """Stop the server's nfsd threads, start them `down` s later (a new grace period
+        follows, `grace`); returns once they are stopped, without waiting for the start."""
+        self.batches += 1
+        key = f"r{self.batches}"
+        self._send(self.guests[0], f"restart {key} {down:g}")
+        self._expect(self.guests[0], f"nfsd-stopped {key}", time.monotonic() + timeout)
+
     # -- tear down -------------------------------------------------------------------
     def close(self) -> None:
         """Kill every guest by process group, delete the namespace and the work dir."""
         for guest in self.guests:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(guest.proc.pid, signal.SIGKILL)
+                os.killpg(guest.proc.pid, signal.SIGCONT)  # a frozen guest dies too
         for guest in self.guests:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 guest.proc.wait(timeout=10)

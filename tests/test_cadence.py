@@ -123,3 +123,55 @@ SSHFS = ("415 380 0:64 / /mnt/model rw,nosuid,nodev,relatime - fuse.sshfs "
 def test_which_volumes_glances_and_listings_can_be_trusted_on(lines, path, current):
     from ascend_node.rendezvous.freshness import attributes_are_current
     assert attributes_are_current(Path(path), "\n".join(lines)) is current
+
+
+# ------------------------------------------------------------ the start burst (issue 29)
+
+
+@pytest.mark.parametrize(
+    ("nodes", "fast_for", "fast_every"),
+    [
+        (2, FAST_FOR, P),         # a small job keeps its fast polls: sub-second lag
+        (8, FAST_FOR, P),
+        (30, FAST_FOR, P),        # up to JOB_FAST_BUDGET / FAST_POLL_RPCS * 0.2 s followers
+        (40, FAST_FOR, 39 * cadence.FAST_POLL_RPCS / cadence.JOB_FAST_BUDGET),
+        (63, FAST_FOR, 62 * cadence.FAST_POLL_RPCS / cadence.JOB_FAST_BUDGET),
+        (64, 0.0, GLANCE_EVERY),  # from 64 nodes a follower glances from its start
+        (1024, 0.0, GLANCE_EVERY),
+    ],
+)
+def test_the_fast_polls_depend_on_the_jobs_size(nodes, fast_for, fast_every):
+    assert cadence.fast_for(nodes) == fast_for
+    if fast_for:
+        assert cadence.follower_nap(0.0, 0.0, P, nodes) == pytest.approx(fast_every)
+        assert fast_every <= GLANCE_EVERY  # the lag stays under a second
+    else:
+        assert cadence.follower_nap(0.0, 0.0, P, nodes) == pytest.approx(GLANCE_EVERY)
+        # calm from the start: glances, with a full look every LOOK_EVERY
+        assert cadence.follower_looks(0.0, 0.0, -1e9, True, P, nodes)  # the first look
+        assert not cadence.follower_looks(0.6, 0.0, 0.0, False, P, nodes)
+        assert cadence.follower_looks(LOOK_EVERY, 0.0, 0.0, False, P, nodes)
+
+
+@pytest.mark.parametrize("nodes", [64, 128, 1024, 4096])
+def test_a_follower_of_a_large_job_asks_at_most_five_rpcs_a_second_in_any_window(nodes):
+    """The issue's target: the peak per waiting follower over any 5 s window at N >= 64,
+    the first seconds included (the jitter's shortest naps, a look in the window)."""
+    assert cadence.peak_follower_rpcs(P, nodes) <= 5.0
+    assert cadence.follower_rpcs_per_second(P, False, nodes) == pytest.approx(
+        cadence.follower_rpcs_per_second(P, True, nodes))
+
+
+@pytest.mark.parametrize("nodes", [2, 8, 16, 31, 40, 63])
+def test_a_small_jobs_fast_polls_together_stay_within_the_budget(nodes):
+    """Below 64 nodes the followers' fast polls, all at once, ask for at most
+    JOB_FAST_BUDGET RPC/s (or what 0.2 s polls of a job that small ask for)."""
+    fast = (nodes - 1) * cadence.follower_rpcs_per_second(P, False, nodes)
+    assert fast <= max(cadence.JOB_FAST_BUDGET, (nodes - 1) * cadence.FAST_POLL_RPCS / P) + 1e-9
+    assert fast <= cadence.JOB_FAST_BUDGET + 1e-9 or nodes <= 31
+
+
+def test_the_jobs_burst_at_1024_nodes_is_under_a_third_of_what_it_was():
+    before = 1023 * cadence.FAST_POLL_RPCS / P
+    now = cadence.job_rpcs_per_second(1024, P, calm=False)
+    assert now <= before / 3

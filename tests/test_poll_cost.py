@@ -103,9 +103,20 @@ def assert_each_read_follows_its_dir(polls: list[Poll]) -> None:
                     f"poll {number} read {path} before revalidating its directory: {poll}")
 
 
+def test_a_follower_of_a_large_job_glances_from_its_start(tmp_path, monkeypatch):
+    """Issue 29: at N >= 64 the first seconds cost no more than the calm wait: after its
+    first look and its publish, every poll is one open of the run directory."""
+    polls = record_polls(tmp_path / "n64", 64, 63, monkeypatch)
+    paths = RunPaths(tmp_path / "n64", "run-1")
+    for poll in polls[2:]:
+        assert poll == [("dir", str(paths.root))], poll
+
+
 def test_follower_poll_is_constant_and_revalidates_first(tmp_path, monkeypatch):
     small = record_polls(tmp_path / "n4", 4, 3, monkeypatch)[2:]  # after publishing
-    large = record_polls(tmp_path / "n64", 64, 63, monkeypatch)[2:]
+    # 63: the largest job whose followers still look at every poll of their first seconds
+    # (from 64 they glance from the start: the test below)
+    large = record_polls(tmp_path / "n63", 63, 62, monkeypatch)[2:]
     assert [len(p) for p in small] == [len(p) for p in large]
     for poll in large:
         dirs = [p for kind, p in poll if kind == "dir"]

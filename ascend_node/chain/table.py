@@ -9,6 +9,8 @@ imports this module back.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
 import logging
 import os
@@ -33,6 +35,13 @@ from ascend_node.rendezvous.models import DeviceRecord, MemberData
 from ascend_node.rendezvous.protocol import Rendezvous, node0_failure, publish_failure
 from ascend_node.rendezvous.seal import KEY_FILE_ENV, RendezvousKey, load_key
 from ascend_node.rendezvous.store import RunPaths
+from ascend_node.rendezvous.volume_call import (
+    VolumeUnanswered,
+    call,
+    raise_if_io,
+    retrying,
+    run_watched,
+)
 from ascend_node.settings import Settings
 from ascend_node.sources.base import Discovery as Discovery
 from ascend_node.sources.base import SourceChoice, TableSource, choose_table_source
@@ -110,7 +119,14 @@ def require_rendezvous_settings(settings: Settings) -> tuple[Path, str]:
             "no shared directory: --shared-dir, ASCEND_NODE_SHARED_DIR and MODEL_PATH are unset",
             "mount the job's shared PVC and point --shared-dir (or MODEL_PATH) at it",
         )
-    if not settings.shared_dir.is_dir():
+    try:
+        with call("inspect", settings.shared_dir):
+            is_dir = settings.shared_dir.is_dir()
+    except OSError as exc:  # pathlib answers "no" for a missing one; this is the volume
+        raise_if_io(exc, settings.shared_dir, "inspect")
+        raise ConfigError(f"cannot inspect shared directory {settings.shared_dir}: "
+                          f"{exc.strerror or exc}", "check the shared volume's mount") from exc
+    if not is_dir:
         raise ConfigError(
             f"shared directory {settings.shared_dir} (from "
             f"{settings.sources.get('shared_dir', '?')}) does not exist or is not a directory",
@@ -170,7 +186,13 @@ def _ranktable_from_volume(
     preflight: str, launcher: Optional[str] = None,
 ) -> TableResult:
     deadline = started + settings.timeout
-    shared_dir, run_id = require_rendezvous_settings(settings)
+    # The first look at the shared directory (is it one?) may already meet a volume that
+    # does not answer: watched like every later call (`volume_call`).
+    shared_dir, run_id = run_watched(
+        lambda: retrying(lambda: require_rendezvous_settings(settings), deadline,
+                         settings.timeout), deadline,
+        settings.shared_dir or "the shared directory", settings.timeout,
+        settings.progress_interval)
     key = rendezvous_key(settings, environ)
     paths = RunPaths(shared_dir, run_id)
     status = StatusDoc(state="in_progress", phase="discover", command=command, run_id=run_id)
@@ -203,7 +225,11 @@ def _ranktable_from_volume(
         if probe is not None:
             probe.cancel()
         if identity is not None:
-            _publish_local_failure(paths, identity, exc, deadline, key)
+            with contextlib.suppress(VolumeUnanswered):
+                run_watched(functools.partial(_publish_local_failure, paths, identity, exc,
+                                              deadline, key),
+                            deadline, paths.root, settings.timeout,
+                            settings.progress_interval)
             leave_summary(settings, identity, command, "failed", exc=exc)
         raise
     status = status.replace(phase="rendezvous", node=identity.name)
@@ -225,10 +251,17 @@ def _ranktable_from_volume(
         judge=node0_judge(preflight),
         key=key,
     )
+
+    def stalled(line: str) -> None:  # `ascend-node status` shows the stall while it lasts
+        write_status(settings.state_dir, status.replace(message=line))
+
     try:
         with events.phase("rendezvous", node=identity.name,
                           nodes=identity.node_count) as detail:
-            outcome = rdzv.run()
+            # In a worker thread: a call stuck on the volume cannot stop this thread's
+            # clock, progress lines or signal handlers (`volume_call`).
+            outcome = run_watched(rdzv.run, deadline, paths.root, settings.timeout,
+                                  settings.progress_interval, stalled)
             detail["attempt"] = outcome.attempt_id
             if outcome.warnings:
                 detail["preflight_warnings"] = len(outcome.warnings)
@@ -291,13 +324,29 @@ def leave_summary(settings: Settings, identity: NodeIdentity, command: str, stat
                   attempt_id: Optional[str] = None, exc: Optional[BaseException] = None
                   ) -> None:
     """This node's timeline summary on the shared volume (`ascend-node report`); never
-    raises, never changes the exit code."""
+    raises, never changes the exit code, and never waits more than `SUMMARY_WAIT` s for
+    a volume that does not answer (it is left out then)."""
     if settings.shared_dir is None or not settings.run_id:
         return
+    if isinstance(exc, VolumeUnanswered):
+        return  # the volume did not answer: the summary would only wait for it again
     from ascend_node.report.record import leave_summary as write_summary
 
-    write_summary(settings.shared_dir, settings.run_id, identity, command,
-                  state, attempt_id, exc)  # type: ignore[arg-type]
+    shared_dir, run_id = settings.shared_dir, settings.run_id
+    try:
+        run_watched(lambda: write_summary(shared_dir, run_id, identity, command,
+                                          state, attempt_id, exc),  # type: ignore[arg-type]
+                    time.monotonic() + SUMMARY_WAIT, shared_dir, SUMMARY_WAIT, grace=0.0,
+                    progress_every=1e9, name="summary")
+    except VolumeUnanswered:
+        log.warning("left no timeline summary: the shared volume did not answer within "
+                    "%g s", SUMMARY_WAIT)
+    except Exception as error:
+        log.debug("left no timeline summary: %s", error)
+
+
+SUMMARY_WAIT = 5.0
+"""Seconds a pod waits for its timeline summary to be written on the volume."""
 
 
 def _publish_local_failure(

@@ -12,7 +12,9 @@ supports Python 3.9 reads option metadata from evaluated `Annotated` hints only.
 """
 
 
+import contextlib
 import json
+import logging
 import os
 import signal
 import sys
@@ -87,6 +89,7 @@ def exit_codes(debug: bool, on_failure: Optional[Callable[[BaseException, int], 
     try:
         yield
         _flush_stdout()
+        _exit_if_abandoned(0)
     except typer.Exit:
         _flush_stdout()
         raise
@@ -96,7 +99,22 @@ def exit_codes(debug: bool, on_failure: Optional[Callable[[BaseException, int], 
         code = report_error(exc, debug)
         if on_failure is not None:
             on_failure(exc, code)
+        _exit_if_abandoned(code)
         raise typer.Exit(code) from None
+
+
+def _exit_if_abandoned(code: int) -> None:
+    """A thread left inside a call on a shared volume that does not answer
+    (`rendezvous.volume_call`) must not hold the exit: flush, then end the process
+    without waiting for it (the kernel ends NFS waits for a dying process)."""
+    volume_call = sys.modules.get("ascend_node.rendezvous.volume_call")
+    if volume_call is not None and volume_call.abandoned():
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+        with contextlib.suppress(Exception):
+            sys.stderr.flush()
+        logging.shutdown()
+        os._exit(code)
 
 
 CLOSED_PIPE_EXIT = 128 + signal.SIGPIPE

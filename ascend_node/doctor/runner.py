@@ -13,7 +13,7 @@ import stat
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Union
 
 from ascend_node.discover import devices as dev
 from ascend_node.discover.hccl_settings import effective_settings, read_versions
@@ -118,6 +118,43 @@ def _key_or_none(environ: Mapping[str, str], settings: Settings) -> Any:
         return None
 
 
+VOLUME_ANSWER = 10.0
+"""Seconds doctor waits for the shared volume's checks (the probe's own visibility wait,
+5 s, included) before it reports the volume as not answering (`volume.answer`)."""
+
+
+def _volume_answer(settings: Settings) -> Union[bool, CheckResult, None]:
+    """Whether the shared directory is a directory (None: none configured), or the
+    `volume.answer` failure when the volume did not answer within `VOLUME_ANSWER` s."""
+    shared = settings.shared_dir
+    if shared is None:
+        return None
+    result: Union[bool, CheckResult] = _bounded(lambda: [shared.is_dir()], settings)[0]
+    return result
+
+
+def _bounded(work: Callable[[], list[Any]], settings: Settings) -> list[Any]:
+    """`work()` in a watched thread (`rendezvous.volume_call`), or one `volume.answer`
+    failure naming what did not answer within `VOLUME_ANSWER` s."""
+    from ascend_node.rendezvous.volume_call import VolumeUnanswered, describe, run_watched
+
+    try:
+        return run_watched(work, time.monotonic() + VOLUME_ANSWER,
+                           settings.shared_dir or "the shared directory", VOLUME_ANSWER,
+                           progress_every=1e9, grace=0.0, name="doctor-volume")
+    except VolumeUnanswered:
+        where = describe(None, settings.shared_dir or "the shared directory")
+        return [CheckResult("volume.answer", "fail",
+            f"the shared volume did not answer within {VOLUME_ANSWER:g} s ({where})",
+            "the shared volume (its NFS server or storage) does not answer: every pod's "
+            "rendezvous will wait on it until its --timeout (exit 4); check the server")]
+    except OSError as exc:
+        return [CheckResult("volume.answer", "fail",
+                            f"cannot inspect {settings.shared_dir}: {exc.strerror or exc}",
+                            "check the shared volume's mount (a soft mount gives up with "
+                            "EIO or ETIMEDOUT when its server does not answer)")]
+
+
 def run_doctor(
     settings: Settings,
     environ: Mapping[str, str],
@@ -137,7 +174,8 @@ def run_doctor(
 
         shared, run_id = require_rendezvous_settings(settings)
         paths = RunPaths(shared, run_id)
-    elif settings.shared_dir is not None and settings.run_id and settings.shared_dir.is_dir():
+    answer = _volume_answer(settings)
+    if not peers and answer is True and settings.run_id and settings.shared_dir is not None:
         paths = RunPaths(settings.shared_dir, settings.run_id)
     if settings.devices:
         dev.parse_device_list(settings.devices, settings.sources.get("devices", "--devices"))
@@ -155,19 +193,26 @@ def run_doctor(
 
     checks.append(_source_check(settings))
 
-    # The shared volume.
-    volume = (settings.shared_dir if settings.shared_dir is not None
-              and settings.shared_dir.is_dir() else None)
+    # The shared volume: every check of it is bounded (`VOLUME_ANSWER`), so a volume that
+    # does not answer is reported, not waited for.
+    volume = settings.shared_dir if answer is True else None
     try:
         mountinfo = Path(proc_root, "self", "mountinfo").read_text(encoding="utf-8",
                                                                    errors="replace")
     except OSError:
         mountinfo = ""
-    checks += [check_volume_mount(volume, mountinfo),
-               check_volume_probe(volume, probe_round_trip(volume) if volume else None),
-               check_poll_cost(ident.node_count if ident else None, settings.poll_interval)]
-    if volume is not None:
-        checks.append(_writers_check(settings, environ, volume, paths))
+    cost = check_poll_cost(ident.node_count if ident else None, settings.poll_interval)
+    if isinstance(answer, CheckResult):
+        checks += [answer, cost]
+    else:
+        def volume_checks() -> list[CheckResult]:
+            return [check_volume_mount(volume, mountinfo),
+                    check_volume_probe(volume, probe_round_trip(volume) if volume else None)]
+
+        checks += [*_bounded(volume_checks, settings), cost]
+        if volume is not None:
+            checks += _bounded(lambda: [_writers_check(settings, environ, volume, paths)],
+                               settings)
 
     # Devices.
     npu_smi = dev.resolve_tool(settings.npu_smi, "npu-smi", dev.DEFAULT_NPU_SMI)

@@ -159,13 +159,17 @@ def check_poll_cost(node_count: Optional[int], poll_interval: float) -> CheckRes
     calm = cadence.job_rpcs_per_second(node_count, poll_interval)
     fast = cadence.job_rpcs_per_second(node_count, poll_interval, calm=False)
     done = cadence.COMPLETE_RPCS_PER_NODE * node_count
+    fast_for = cadence.fast_for(node_count)
+    first = (f"{cadence.follower_rpcs_per_second(poll_interval, False, node_count):.0f} "
+             f"before; ~{fast:,.0f} RPC/s if all were in their first {fast_for:g} s"
+             if fast_for else
+             f"from its start: at N >= {cadence.GLANCE_FROM_START_AT} a follower glances "
+             f"at once, at most {cadence.peak_follower_rpcs(poll_interval, node_count):.1f}"
+             f" RPC/s in any {cadence.LOOK_EVERY:g} s")
     text = (f"at N = {node_count} and --poll-interval {poll_interval:g} s the rendezvous asks "
             f"an NFS server for ~{calm:,.0f} RPC/s while its pods wait "
             f"(~{cadence.follower_rpcs_per_second(poll_interval, True):.1f} per waiting pod "
-            f"once it has waited {cadence.FAST_FOR:g} s, "
-            f"{cadence.follower_rpcs_per_second(poll_interval, False):.0f} before; "
-            f"~{fast:,.0f} RPC/s if all were in their first {cadence.FAST_FOR:g} s) and "
-            f"~{done:,.0f} RPCs to complete")
+            f"once calm, {first}) and ~{done:,.0f} RPCs to complete")
     if calm > COST_WARN:
         return CheckResult("volume.cost", "warn", text,
                            "a raised --poll-interval (over 0.5 s) spaces every waiting "

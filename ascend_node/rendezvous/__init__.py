@@ -6,5 +6,6 @@
 - `freshness`: revalidate a directory before polling for a file in it (NFS lookup caches)
 - `participant`, `assembler`, `follower`: the wait loops of global node 0 and of everyone else
 - `failures` : publishing a local failure so peers exit 5 at once
-- `protocol` : the entry point that gives a pod its role
+- `protocol` : the entry point that gives a pod its role (and retries it after an I/O error)
+- `volume_call`: the watch on every call on the volume, so a volume that hangs cannot stop the clock
 """

@@ -53,6 +53,7 @@ from ascend_node.rendezvous.store import (
     volume_error,
     write_doc,
 )
+from ascend_node.rendezvous.volume_call import call, raise_if_io
 
 ABORT_GRACE = 5.0
 """Seconds node 0 waits, after it finds the cluster inconsistent, for late pods to join
@@ -247,8 +248,10 @@ class Assembler(Participant):
         paths = [self.paths.slot(attempt_id, i) for i in range(self.identity.node_count)]
         for path in [*paths, self.paths.outcome(attempt_id)]:
             try:
-                st = os.stat(path, follow_symlinks=False)
-            except OSError:
+                with call("inspect", path):
+                    st = os.stat(path, follow_symlinks=False)
+            except OSError as exc:
+                raise_if_io(exc, path, "inspect")
                 continue
             listed[path.name] = (st.st_ino, st.st_size, st.st_mtime_ns)
         return listed
@@ -435,7 +438,8 @@ class Assembler(Participant):
         if current == data:
             return
         try:
-            atomic_write_bytes(path, data, mode=0o640)
+            with call("write", path):
+                atomic_write_bytes(path, data, mode=0o640)
         except OSError as exc:
             raise volume_error(exc, path, "write") from exc
 

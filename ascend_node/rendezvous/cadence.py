@@ -25,7 +25,17 @@ nudge, a twin rewriting its slot, progress for the log). Node 0 keeps polling at
 `--poll-interval`: it is one pod, and its cost per poll is a GETATTR unless the attempt
 directory changed (then a listing, and a read of each slot that is new or replaced).
 
-Pure functions of the times involved, so the cadence is tested by a table of cases.
+**The start burst.** A gang-scheduled job starts its N pods within seconds, so their
+first seconds coincide: at 11-20 RPC/s per pod in its fast polls (measured on the bed),
+1,024 pods would ask one NFS server for ~20,000 RPC/s for ten seconds. The fast polls
+therefore depend on N (`fast_for`, `fast_interval`): a small job keeps them (sub-second
+lag, as before); from `JOB_FAST_BUDGET` / `FAST_POLL_RPCS` * the poll interval followers on
+(30 at the defaults), each one's fast poll is spaced so the whole job's fast polls stay
+near `JOB_FAST_BUDGET` RPC/s; at `GLANCE_FROM_START_AT` nodes or more a follower glances
+from its start (a glance every 0.5 s, a look every 5 s: under 5 RPC/s at every moment).
+
+Pure functions of the times and the job's size, so the cadence is tested by a table of
+cases.
 """
 
 from __future__ import annotations
@@ -40,23 +50,48 @@ LOOK_EVERY = 5.0
 """Seconds between full looks once calm, whatever the glances say (the fallback)."""
 
 
-def is_calm(now: float, busy_since: float) -> bool:
-    """True once `FAST_FOR` seconds passed since the last event that calls for fast polls."""
-    return now - busy_since >= FAST_FOR
+GLANCE_FROM_START_AT = 64
+"""Nodes from which a follower glances from its start (no fast polls at all)."""
+
+JOB_FAST_BUDGET = 320.0
+"""RPC/s the followers of a job below `GLANCE_FROM_START_AT` nodes may ask for together in
+their fast polls, when all start at once (31 followers at 0.2 s, `FAST_POLL_RPCS` each)."""
+
+
+def fast_for(node_count: int) -> float:
+    """Seconds a follower polls fully after it starts, publishes or sees a new attempt:
+    `FAST_FOR`, or none at all in a job of `GLANCE_FROM_START_AT` nodes or more."""
+    return 0.0 if node_count >= GLANCE_FROM_START_AT else FAST_FOR
+
+
+def fast_interval(node_count: int, poll_interval: float) -> float:
+    """Seconds between a follower's fast polls: the poll interval, spaced out so that
+    `node_count - 1` followers polling together ask for at most `JOB_FAST_BUDGET` RPC/s
+    (never more than a glance's interval: the lag stays under a second)."""
+    spread = max(node_count - 1, 0) * FAST_POLL_RPCS / JOB_FAST_BUDGET
+    return max(poll_interval, min(spread, GLANCE_EVERY))
+
+
+def is_calm(now: float, busy_since: float, node_count: int = 0) -> bool:
+    """True once `fast_for(node_count)` seconds passed since the last event that calls for
+    fast polls (at once in a large job). `node_count` 0: a job of unknown, small size."""
+    return now - busy_since >= fast_for(node_count)
 
 
 def follower_looks(now: float, busy_since: float, last_look: float, glance_changed: bool,
-                   poll_interval: float) -> bool:
-    """Whether this poll of a follower reads the documents or only glances."""
-    if glance_changed or not is_calm(now, busy_since):
+                   poll_interval: float, node_count: int = 0) -> bool:
+    """Whether this poll of a follower reads the documents or only glances. A follower
+    that has not looked yet always looks (its first poll)."""
+    if glance_changed or not is_calm(now, busy_since, node_count):
         return True
     return now - last_look >= max(LOOK_EVERY, poll_interval)
 
 
-def follower_nap(now: float, busy_since: float, poll_interval: float) -> float:
+def follower_nap(now: float, busy_since: float, poll_interval: float,
+                 node_count: int = 0) -> float:
     """Seconds to the next poll (before jitter)."""
-    if not is_calm(now, busy_since):
-        return poll_interval
+    if not is_calm(now, busy_since, node_count):
+        return fast_interval(node_count, poll_interval)
     return max(poll_interval, GLANCE_EVERY)
 
 
@@ -98,10 +133,11 @@ follower's look at the verdict (measured: 48 per pod on v4.2, 67 on v3, at N = 8
 client per pod)."""
 
 
-def follower_rpcs_per_second(poll_interval: float, calm: bool) -> float:
-    """What one waiting follower asks of the server, on average."""
-    if not calm:
-        return FAST_POLL_RPCS / poll_interval
+def follower_rpcs_per_second(poll_interval: float, calm: bool, node_count: int = 0) -> float:
+    """What one waiting follower asks of the server, on average (in its first seconds
+    when not `calm`: in a job of `node_count` nodes, see `fast_for`)."""
+    if not calm and fast_for(node_count) > 0:
+        return FAST_POLL_RPCS / fast_interval(node_count, poll_interval)
     return (GLANCE_RPCS / max(poll_interval, GLANCE_EVERY)
             + (LOOK_RPCS - GLANCE_RPCS) / max(LOOK_EVERY, poll_interval))
 
@@ -113,5 +149,17 @@ def node0_rpcs_per_second(poll_interval: float) -> float:
 
 def job_rpcs_per_second(node_count: int, poll_interval: float, calm: bool = True) -> float:
     """A job of `node_count` pods, all but node 0 waiting: its load on the server."""
-    return (max(node_count - 1, 0) * follower_rpcs_per_second(poll_interval, calm)
+    return (max(node_count - 1, 0) * follower_rpcs_per_second(poll_interval, calm, node_count)
             + node0_rpcs_per_second(poll_interval))
+
+
+def peak_follower_rpcs(poll_interval: float, node_count: int, window: float = LOOK_EVERY
+                       ) -> float:
+    """The most one follower asks for in any `window` s, per second, by the cadence's
+    worst case (the jitter's shortest naps): its fast polls when it has them, else the
+    glances of the window plus one full look."""
+    shortest = 0.8  # the jitter: naps of 80-120 %
+    if fast_for(node_count) > 0:
+        return FAST_POLL_RPCS / (fast_interval(node_count, poll_interval) * shortest)
+    glances = window / (max(poll_interval, GLANCE_EVERY) * shortest)
+    return (glances * GLANCE_RPCS + (LOOK_RPCS - GLANCE_RPCS)) / window

@@ -52,6 +52,7 @@ class Follower(Participant):
         last_log = -1e9
         action: decide.FollowerAction = decide.WaitAttempt("not started")
         busy_since = self.clock()  # fast polls until calm (cadence)
+        size = self.identity.node_count  # a large job glances from the start (cadence)
         last_look = -1e9
         seen: Optional[object] = None  # what the last glance at the run directory saw
         seen_attempt: Optional[str] = None
@@ -63,15 +64,16 @@ class Follower(Participant):
             changed = glance != seen or not self.fresh.attributes_current
             seen = glance
             if not cadence.follower_looks(now, busy_since, last_look, changed,
-                                          self.poll_interval):
+                                          self.poll_interval, size):
                 if self._timed_out():
                     raise self._timeout_error(self._timeout(action, attempt))
-                self._nap(cadence.follower_nap(now, busy_since, self.poll_interval))
+                self._nap(cadence.follower_nap(now, busy_since, self.poll_interval, size))
                 continue
-            last_look = now
+            looked_before, last_look = last_look > -1e9, now
             self.fresh.maybe_list(self.paths.root)
             attempt = self._read_attempt()
-            if attempt is not None and attempt.attempt_id != seen_attempt:
+            new_attempt = attempt is not None and attempt.attempt_id != seen_attempt
+            if attempt is not None and new_attempt:
                 seen_attempt = attempt.attempt_id
                 busy_since = now
             if attempt is not None and attempt.attempt_id not in checked_dirs:
@@ -79,12 +81,13 @@ class Follower(Participant):
                                 self.paths.attempt_dir(attempt.attempt_id))
                 checked_dirs.add(attempt.attempt_id)
             outcome = self._read_outcome(attempt.attempt_id) if attempt else None
-            if outcome is None and attempt is not None and changed and cadence.is_calm(
-                    now, busy_since):
+            if outcome is None and attempt is not None and changed and looked_before \
+                    and not new_attempt and cadence.is_calm(now, busy_since, size):
                 # The run directory changed but the attempt did not: most likely node 0's
                 # nudge after its verdict. Should the client still hold a negative entry
                 # for it (a change within one tick of the server's clock), a listing
-                # replaces it (freshness); once per nudge, not per poll.
+                # replaces it (freshness); once per nudge, not per poll (nor at a first
+                # look, which in a large job comes calm: no listing of N slots each).
                 self.fresh.relist(self.paths.attempt_dir(attempt.attempt_id))
                 outcome = self._read_outcome(attempt.attempt_id)
             slot = self._slot_state(attempt.attempt_id, self.index) if attempt else None
@@ -157,7 +160,7 @@ class Follower(Participant):
                 log.info("%s", self._waiting_line(action, attempt))
             if self._timed_out():
                 raise self._timeout_error(self._timeout(action, attempt))
-            self._nap(cadence.follower_nap(now, busy_since, self.poll_interval))
+            self._nap(cadence.follower_nap(now, busy_since, self.poll_interval, size))
 
     def _on_key_mismatch(self, got: Invalid) -> None:
         """Node 0's attempt is signed with a key this pod lacks, with another key, or

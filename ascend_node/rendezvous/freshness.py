@@ -42,6 +42,8 @@ import time
 from pathlib import Path
 from typing import Callable, Optional
 
+from ascend_node.rendezvous.volume_call import call, raise_if_io
+
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 Stamp = tuple[str, int, int, int, int, int]
@@ -51,16 +53,19 @@ Stamp = tuple[str, int, int, int, int, int]
 def _stamp_of(path: Path) -> Optional[Stamp]:
     """Open `path` as a real directory (revalidating it, one GETATTR on NFS) and return
     the attributes it now has; None when it is missing or not a real directory."""
-    try:
-        fd = os.open(path, _DIR_FLAGS)
-    except OSError:
-        return None
-    try:
-        st = os.fstat(fd)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
+    with call("open", path):
+        try:
+            fd = os.open(path, _DIR_FLAGS)
+        except OSError as exc:
+            raise_if_io(exc, path, "open")
+            return None
+        try:
+            st = os.fstat(fd)
+        except OSError as exc:
+            raise_if_io(exc, path, "inspect")
+            return None
+        finally:
+            os.close(fd)
     return (str(path), st.st_ino, st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_nlink)
 
 
@@ -70,6 +75,11 @@ def nudge(path: Path) -> None:
     equal what it was (a change in the same tick of the server's clock), to one microsecond
     later, so a glance can never mistake the nudge for no change. Best effort: a pod that
     misses it looks within `cadence.LOOK_EVERY` anyway."""
+    with call("set the time of", path):
+        _nudge(path)
+
+
+def _nudge(path: Path) -> None:
     try:
         fd = os.open(path, _DIR_FLAGS)
     except OSError:
@@ -98,7 +108,8 @@ def attributes_are_current(path: Path, mountinfo: Optional[str] = None) -> bool:
                                                                errors="replace")
         except OSError:
             return True
-    real = os.path.realpath(path)
+    with call("resolve", path):  # resolving symlinks: calls on the volume
+        real = os.path.realpath(path)
     best, fs_type = -1, ""
     for line in mountinfo.splitlines():
         left, sep, right = line.partition(" - ")
@@ -118,14 +129,16 @@ def list_files(path: Path) -> Optional[dict[str, tuple[int, int, int]]]:
     lookup per name. None when the directory cannot be listed."""
     out: dict[str, tuple[int, int, int]] = {}
     try:
-        with os.scandir(path) as entries:
+        with call("list", path), os.scandir(path) as entries:
             for entry in entries:
                 try:
                     st = entry.stat(follow_symlinks=False)
-                except OSError:
+                except OSError as exc:
+                    raise_if_io(exc, path / entry.name, "inspect")
                     continue
                 out[entry.name] = (st.st_ino, st.st_size, st.st_mtime_ns)
-    except OSError:
+    except OSError as exc:
+        raise_if_io(exc, path, "list")
         return None
     return out
 
@@ -133,12 +146,15 @@ def list_files(path: Path) -> Optional[dict[str, tuple[int, int, int]]]:
 def _open_close(path: Path) -> bool:
     """True when `path` opened as a real directory (and was thereby revalidated)."""
     try:
-        fd = os.open(path, _DIR_FLAGS)
-    except OSError:
+        with call("open", path):
+            fd = os.open(path, _DIR_FLAGS)
+            os.close(fd)
+    except OSError as exc:
         # Missing, a symlink (ELOOP) or not a directory: the readers below report
-        # those with the path; revalidation has nothing to add.
+        # those with the path; revalidation has nothing to add. An I/O error of the
+        # volume is not "missing" (`volume_call`).
+        raise_if_io(exc, path, "open")
         return False
-    os.close(fd)
     return True
 
 
@@ -170,9 +186,10 @@ LIST_PER_ENTRY = 0.02
 def _listed(path: Path) -> int:
     """List `path` (a READDIR that refreshes the client's entries); how many it held."""
     try:
-        with os.scandir(path) as entries:
+        with call("list", path), os.scandir(path) as entries:
             return sum(1 for _ in entries)
-    except OSError:
+    except OSError as exc:
+        raise_if_io(exc, path, "list")
         return 0
 
 

@@ -16,6 +16,7 @@ from ascend_node.rendezvous.follower import Follower
 from ascend_node.rendezvous.models import OutcomeDoc
 from ascend_node.rendezvous.participant import Participant, progress_line, to_server
 from ascend_node.rendezvous.store import check_real_dirs
+from ascend_node.rendezvous.volume_call import retrying
 
 __all__ = [
     "ABORT_GRACE",
@@ -30,6 +31,13 @@ __all__ = [
 
 class Rendezvous(Participant):
     def run(self) -> OutcomeDoc:
+        """This pod's role, run again from the volume's state after an I/O error of the
+        volume (a soft mount under an outage, `volume_call.retrying`): each role starts
+        by reading what is there (node 0 reuses the attempt it opened, a follower finds
+        its own slot), so a retry repeats no decision."""
+        return retrying(self._run_role, self.deadline, self.timeout, self.clock, self.sleep)
+
+    def _run_role(self) -> OutcomeDoc:
         check_real_dirs(self.paths.shared_dir, self.paths.root)
         role = Assembler if self.index == 0 else Follower
         settings = {f.name: getattr(self, f.name) for f in fields(self) if f.init}

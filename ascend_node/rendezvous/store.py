@@ -43,6 +43,7 @@ from ascend_node.rendezvous.models import (
     SlotDoc,
 )
 from ascend_node.rendezvous.seal import AUTH, AuthProblem, RendezvousKey, seal, unseal, where_of
+from ascend_node.rendezvous.volume_call import call, io_error, raise_if_io
 
 MAX_DOC_BYTES = 64 * 1024 * 1024
 T = TypeVar("T", bound=BaseModel)
@@ -106,12 +107,20 @@ class RunPaths:
 
 
 def read_bytes_nofollow(path: Path, limit: int = MAX_DOC_BYTES) -> Union[bytes, Missing, Invalid]:
-    """The file's bytes if it is a regular file reached without a final symlink."""
+    """The file's bytes if it is a regular file reached without a final symlink. An I/O
+    error of the volume (a soft mount's EIO, ETIMEDOUT) raises `VolumeIOError`: the file
+    may well be there, so it is never reported as Missing."""
+    with call("read", path):
+        return _read_bytes(path, limit)
+
+
+def _read_bytes(path: Path, limit: int) -> Union[bytes, Missing, Invalid]:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
         return Missing(path)
     except OSError as exc:
+        raise_if_io(exc, path, "open")
         if exc.errno == errno.ELOOP:
             return Invalid(path, "is a symbolic link (refused)")
         if exc.errno == errno.ENOTDIR:
@@ -133,6 +142,7 @@ def read_bytes_nofollow(path: Path, limit: int = MAX_DOC_BYTES) -> Union[bytes, 
                 return Invalid(path, f"grew over the {limit} byte limit while read")
         return b"".join(chunks)
     except OSError as exc:
+        raise_if_io(exc, path, "read")
         return Invalid(path, f"cannot be read: {exc.strerror}")
     finally:
         os.close(fd)
@@ -140,8 +150,10 @@ def read_bytes_nofollow(path: Path, limit: int = MAX_DOC_BYTES) -> Union[bytes, 
 
 def _stamp(path: Path) -> tuple[int, int, int]:
     try:
-        st = os.stat(path, follow_symlinks=False)
-    except OSError:
+        with call("stat", path):
+            st = os.stat(path, follow_symlinks=False)
+    except OSError as exc:
+        raise_if_io(exc, path, "inspect")
         return (0, 0, 0)
     return (st.st_ino, st.st_size, st.st_mtime_ns)
 
@@ -242,12 +254,17 @@ def ensure_dir(path: Path, trusted_root: Path) -> None:
     for part in rel.parts:
         current = current / part
         try:
-            os.mkdir(current, 0o755)
+            with call("create directory", current):
+                os.mkdir(current, 0o755)
         except FileExistsError:
             pass
         except OSError as exc:
             raise volume_error(exc, current, "create directory") from exc
-        st = os.lstat(current)
+        try:
+            with call("inspect", current):
+                st = os.lstat(current)
+        except OSError as exc:
+            raise volume_error(exc, current, "inspect") from exc
         if not stat.S_ISDIR(st.st_mode):
             what = "a symbolic link" if stat.S_ISLNK(st.st_mode) else "not a directory"
             raise SharedVolumeError(
@@ -267,7 +284,8 @@ def check_real_dirs(trusted_root: Path, path: Path) -> None:
     for part in path.relative_to(trusted_root).parts:
         current = current / part
         try:
-            st = os.lstat(current)
+            with call("inspect", current):
+                st = os.lstat(current)
         except FileNotFoundError:
             return
         except OSError as exc:
@@ -283,7 +301,8 @@ def check_real_dirs(trusted_root: Path, path: Path) -> None:
 def check_writable(shared_dir: Path) -> None:
     """Fail at once on a read-only mount, instead of waiting for peers until the timeout."""
     try:
-        flags = os.statvfs(shared_dir).f_flag
+        with call("inspect", shared_dir):
+            flags = os.statvfs(shared_dir).f_flag
     except OSError as exc:
         raise volume_error(exc, shared_dir, "inspect") from exc
     if flags & os.ST_RDONLY:  # volume_error names a pseudo-filesystem (/sys) first
@@ -299,8 +318,14 @@ def volume_error(exc: OSError, path: Path, action: str) -> SharedVolumeError:
 
     A kernel pseudo-filesystem given as the shared directory (`/proc`, `/sys`) answers
     with ENOENT or EACCES, which would read as a missing or locked-down directory: the
-    mount table names what it really is (read only here, on the error path).
+    mount table names what it really is (read only here, on the error path). An I/O
+    error of the volume itself (EIO, ETIMEDOUT...) is a `VolumeIOError`, which the
+    rendezvous retries within its deadline (`volume_call`); it is told first, as the
+    mount table's lookup resolves the path through the volume that failed.
     """
+    failed = io_error(exc, path, action)
+    if failed is not None:
+        return failed
     pseudo = _pseudo_mount(path)
     if pseudo is not None:
         return _pseudo_error(pseudo, path, action, exc)
@@ -318,7 +343,8 @@ def volume_error(exc: OSError, path: Path, action: str) -> SharedVolumeError:
 
 
 def _pseudo_mount(path: Path) -> Optional[Mount]:
-    mount = mount_for(str(path))
+    with call("resolve", path):  # `mount_for` resolves symlinks: calls on the volume
+        mount = mount_for(str(path))
     return mount if mount is not None and mount.fs_type in PSEUDO_FS_TYPES else None
 
 
@@ -339,7 +365,8 @@ def write_doc(path: Path, doc: BaseModel, trusted_root: Path, mode: int = 0o644,
     `key` when there is one."""
     ensure_dir(path.parent, trusted_root)
     try:
-        atomic_write_bytes(path, encode(doc, path, key), mode=mode)
+        with call("write", path):
+            atomic_write_bytes(path, encode(doc, path, key), mode=mode)
     except OSError as exc:
         raise volume_error(exc, path, "write") from exc
 
@@ -358,7 +385,8 @@ def create_doc(path: Path, doc: BaseModel, trusted_root: Path, mode: int = 0o644
     when the filesystem has no hard links (nothing written)."""
     ensure_dir(path.parent, trusted_root)
     try:
-        atomic_write_bytes(path, encode(doc, path, key), mode=mode, exclusive=True)
+        with call("create", path):
+            atomic_write_bytes(path, encode(doc, path, key), mode=mode, exclusive=True)
     except FileExistsError:
         return "exists"
     except OSError as exc:
@@ -378,22 +406,24 @@ def volume_clock_ns(directory: Path) -> Optional[int]:
     """The shared volume's own clock, read as the mtime of a probe file created in
     `directory` and removed at once (None when that cannot be done). Pods on different
     hosts compare times on the volume by this clock, never by their own."""
-    try:
-        fd, name = tempfile.mkstemp(prefix=".clock-", dir=directory)
-    except OSError:
-        return None
-    try:
-        return os.fstat(fd).st_mtime_ns
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-        with contextlib.suppress(OSError):
-            os.unlink(name)
+    with call("create a probe file in", directory):
+        try:
+            fd, name = tempfile.mkstemp(prefix=".clock-", dir=directory)
+        except OSError:
+            return None
+        try:
+            return os.fstat(fd).st_mtime_ns
+        except OSError:
+            return None
+        finally:
+            os.close(fd)
+            with contextlib.suppress(OSError):
+                os.unlink(name)
 
 
 def file_mtime_ns(path: Path) -> Optional[int]:
     try:
-        return os.stat(path, follow_symlinks=False).st_mtime_ns
+        with call("inspect", path):
+            return os.stat(path, follow_symlinks=False).st_mtime_ns
     except OSError:
         return None

@@ -1,0 +1,75 @@
+"""Run `ascend-node` with a shared volume that freezes on a local disk (tests only).
+
+A fake of the one thing the fast tests cannot have for real: an NFS server that stops
+answering (the real one is `tests/nfs_bed.py`, marker `nfs`). While the file named by
+FROZEN_VOLUME_FLAG exists, every call on a path below FROZEN_VOLUME_ROOT (open, stat,
+lstat, mkdir, scandir, statvfs, rename, link, unlink, utime) either waits until the file
+is gone — a `hard` mount whose server froze — or, with FROZEN_VOLUME_ERRNO=EIO (or
+ETIMEDOUT), fails with that errno: a `soft` mount's answer. Everything else (the state
+dir, the fake devices) is untouched. FROZEN_VOLUME_TERMLOG moves Kubernetes' termination
+log (/dev/termination-log) to a file the test can read.
+
+    python tests/frozen_volume.py ranktable --json
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+ROOT = os.environ.get("FROZEN_VOLUME_ROOT", "")
+FLAG = os.environ.get("FROZEN_VOLUME_FLAG", "")
+ERRNO = getattr(errno, os.environ.get("FROZEN_VOLUME_ERRNO", ""), 0) if os.environ.get(
+    "FROZEN_VOLUME_ERRNO") else 0
+
+
+def _on_volume(path: Any) -> bool:
+    if isinstance(path, int) or not ROOT:
+        return False
+    text = os.fsdecode(path) if isinstance(path, (bytes, os.PathLike, str)) else ""
+    return os.path.abspath(text).startswith(ROOT)
+
+
+def _frozen() -> bool:
+    return bool(FLAG) and _real_stat is not None and _exists(FLAG)
+
+
+def _exists(path: str) -> bool:
+    try:
+        _real_stat(path)
+    except OSError:
+        return False
+    return True
+
+
+def _wrap(real: Callable[..., Any]) -> Callable[..., Any]:
+    def call(path: Any, *args: Any, **kwargs: Any) -> Any:
+        if _on_volume(path):
+            while _frozen():
+                if ERRNO:
+                    raise OSError(ERRNO, os.strerror(ERRNO), os.fsdecode(path))
+                time.sleep(0.05)
+        return real(path, *args, **kwargs)
+    return call
+
+
+_real_stat = os.stat
+for name in ("open", "stat", "lstat", "mkdir", "scandir", "statvfs", "rename", "link",
+             "unlink", "utime", "rmdir"):
+    setattr(os, name, _wrap(getattr(os, name)))
+
+if os.environ.get("FROZEN_VOLUME_TERMLOG"):
+    from ascend_node.handoff import exec as handoff_exec
+
+    handoff_exec.write_termination_log.__defaults__ = (os.environ["FROZEN_VOLUME_TERMLOG"],)
+
+if __name__ == "__main__":
+    from ascend_node.cli import main
+
+    main(sys.argv[1:])
