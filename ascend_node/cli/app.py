@@ -44,7 +44,8 @@ app = typer.Typer(
 
 def _print_version(value: bool) -> None:
     if value:
-        print(__version__)
+        with exit_codes(False):
+            out(__version__)
         raise typer.Exit()
 
 
@@ -62,6 +63,17 @@ def debug_on(flag: bool) -> bool:
     return flag or os.environ.get("ASCEND_NODE_DEBUG", "") in ("1", "true", "yes")
 
 
+MAX_LINE = 300
+"""Characters of an error line: a value is named, not echoed whole (a 5,000-character
+K8S_POD_IP would bury the cause and its hint)."""
+
+
+def clip_line(line: str, limit: int = MAX_LINE) -> str:
+    if len(line) <= limit:
+        return line
+    return f"{line[:limit]}... ({len(line) - limit:,} more characters)"
+
+
 def report_error(exc: BaseException, debug: bool) -> int:
     if isinstance(exc, AscendNodeError):
         code = exc.exit_code
@@ -76,27 +88,67 @@ def report_error(exc: BaseException, debug: bool) -> int:
         import traceback
 
         traceback.print_exception(type(exc), exc, exc.__traceback__, file=sys.stderr)
-    sys.stderr.flush()
-    print(text, file=sys.stderr, flush=True)
+    text = "\n".join(clip_line(line) for line in text.split("\n"))
+    try:
+        sys.stderr.flush()
+        print(text, file=sys.stderr, flush=True)
+    except (OSError, ValueError):
+        pass  # stderr is gone too: the exit code is all that is left
     return code
 
 
 @contextmanager
 def exit_codes(debug: bool, on_failure: Optional[Callable[[BaseException, int], None]] = None
             ) -> Iterator[None]:
+    """Every way a command ends, as the contract says: its result flushed to stdout (a
+    reader that went away ends it quietly with 141, stdout that cannot take it is one
+    line and exit 1), every failure one line and its exit code, never a traceback."""
     try:
-        yield
+        try:
+            yield
+        except typer.Exit:
+            _flush_stdout()
+            raise
         _flush_stdout()
     except typer.Exit:
-        _flush_stdout()
         raise
     except BrokenPipeError:
         _closed_stdout()
-    except Exception as exc:  # every failure ends as one line + exit code, never a traceback
+    except Exception as exc:
         code = report_error(exc, debug)
         if on_failure is not None:
             on_failure(exc, code)
         raise typer.Exit(code) from None
+
+
+class OutputError(AscendNodeError):
+    """stdout cannot take the result: closed (`>&-`), a full disk (`> /dev/full`)."""
+
+
+def out(text: str = "", end: str = "\n") -> None:
+    """The one place a command writes its result to stdout; a failure to write is an
+    `OutputError` naming it (a closed pipe stays a BrokenPipeError: see exit_codes)."""
+    stream = sys.stdout
+    if stream is None:
+        raise _stdout_closed()
+    try:
+        stream.write(text + end)
+    except BrokenPipeError:
+        raise
+    except (OSError, ValueError) as exc:
+        raise _stdout_failed(exc) from None
+
+
+def _stdout_closed() -> OutputError:
+    return OutputError("cannot write the result: stdout is closed",
+                       "run it with stdout open; > /dev/null discards the result")
+
+
+def _stdout_failed(exc: BaseException) -> OutputError:
+    why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+    errno = f" (errno {exc.errno})" if isinstance(exc, OSError) and exc.errno else ""
+    return OutputError(f"cannot write the result to stdout: {why}{errno}",
+                       "send stdout where there is room, e.g. a file on another disk")
 
 
 CLOSED_PIPE_EXIT = 128 + signal.SIGPIPE
@@ -111,18 +163,35 @@ def _closed_stdout() -> None:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         os.close(devnull)
-    except (OSError, ValueError):
+    except (OSError, ValueError, AttributeError):
         pass
     raise typer.Exit(CLOSED_PIPE_EXIT)
 
 
 def _flush_stdout() -> None:
-    """Flush while a closed pipe can still end the command quietly (at exit, Python
-    would report it as an exception it ignored)."""
+    """Flush while a failure can still end the command with one line (at exit, Python
+    would report it as an exception it ignored). A buffer that cannot be written is
+    dropped, so that the interpreter's own flush at exit does not fail again."""
+    stream = sys.stdout
+    if stream is None:
+        return  # nothing was written (out() refuses a closed stdout)
     try:
-        sys.stdout.flush()
+        stream.flush()
     except BrokenPipeError:
         _closed_stdout()
+    except (OSError, ValueError) as exc:
+        _discard_stdout()
+        raise _stdout_failed(exc) from None
+
+
+def _discard_stdout() -> None:
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        sys.stdout.flush()
+    except (OSError, ValueError, AttributeError):
+        pass
 
 
 def on_sigterm(signum: int, frame: Any) -> None:
@@ -148,4 +217,4 @@ def option_flags(values: dict[str, Any]) -> dict[str, Any]:
 
 
 def emit(doc: dict[str, Any]) -> None:
-    print(json.dumps({"schema_version": JSON_SCHEMA_VERSION, **doc}, indent=2))
+    out(json.dumps({"schema_version": JSON_SCHEMA_VERSION, **doc}, indent=2))

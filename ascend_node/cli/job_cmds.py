@@ -11,7 +11,15 @@ from typing import Annotated, Optional
 import typer
 
 from ascend_node import logs
-from ascend_node.cli.app import app, debug_on, emit, exit_codes, option_flags, settings_from
+from ascend_node.cli.app import (
+    app,
+    debug_on,
+    emit,
+    exit_codes,
+    option_flags,
+    out,
+    settings_from,
+)
 from ascend_node.cli.options import (
     Debug,
     Devices,
@@ -53,10 +61,10 @@ def validate(
                    "problems": [{"path": p.path, "message": p.message} for p in problems]})
         elif problems:
             for p in problems:
-                print(f"{file}: {p.path}: {p.message}")
+                out(f"{file}: {p.path}: {p.message}")
             print(f"{len(problems)} problem(s) for {target}", file=sys.stderr)
         else:
-            print(f"{file}: valid for {target}")
+            out(f"{file}: valid for {target}")
         if problems:
             raise typer.Exit(1)
 
@@ -87,7 +95,7 @@ def doctor(
         if json_out:
             emit(report.to_json())
         else:
-            print(report.format_text())
+            out(report.format_text())
         raise typer.Exit(report.exit_code)
 
 
@@ -115,7 +123,7 @@ def report(
         if json_out:
             emit(doc)
         else:
-            print(text)
+            out(text)
 
 
 @app.command()
@@ -147,4 +155,4 @@ def clean(
                 print("ascend-node: nothing removed", file=sys.stderr)
                 raise typer.Exit(1)
         for line in clean_run(shared, rid):
-            print(line)
+            out(line)

@@ -4,14 +4,13 @@ No `from __future__ import annotations` here (see `app`).
 """
 
 import json
-import sys
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
 
 from ascend_node import __version__, logs
-from ascend_node.cli.app import app, debug_on, emit, exit_codes
+from ascend_node.cli.app import app, debug_on, emit, exit_codes, out
 from ascend_node.cli.options import (
     Debug,
     Json,
@@ -95,9 +94,9 @@ def simulate(
                 doc["timeline"] = drawn[0]
             emit(doc)
         else:
-            print(format_report(report, keep))
+            out(format_report(report, keep))
             if timeline:
-                print(drawn[1])
+                out(drawn[1])
         if not report.ok:
             raise typer.Exit(report.worst_exit)
 
@@ -181,17 +180,18 @@ def manifest(
             secret = render_key_secret(params, random_source.token_hex(32))
         if json_out:
             doc = render_job(params)
-            print(json.dumps(doc if secret is None else
+            out(json.dumps(doc if secret is None else
                              {"apiVersion": "v1", "kind": "List", "items": [secret, doc]},
                              indent=2))
         else:
             if secret is not None:
-                sys.stdout.write("# the job's rendezvous key (docs/rendezvous.md)\n"
-                                 + to_yaml(secret) + "---\n")
-            sys.stdout.write(render_yaml(params))
+                out("# the job's rendezvous key (docs/rendezvous.md)\n"
+                    + to_yaml(secret) + "---")
+            out(render_yaml(params), end="")
 
 
 @app.command()
 def version() -> None:
     """Print the agent's version."""
-    print(__version__)
+    with exit_codes(False):
+        out(__version__)

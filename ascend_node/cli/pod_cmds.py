@@ -5,7 +5,6 @@ No `from __future__ import annotations` here (see `app`).
 
 import os
 import signal
-import sys
 from typing import Annotated, Any, Callable, Optional
 
 import typer
@@ -19,6 +18,7 @@ from ascend_node.cli.app import (
     exit_codes,
     on_sigterm,
     option_flags,
+    out,
     settings_from,
 )
 from ascend_node.cli.options import (
@@ -105,19 +105,19 @@ def discover(
         if json_out:
             emit(doc)
             return
-        print(f"node      {ident.name} of {ident.node_count}  "
+        out(f"node      {ident.name} of {ident.node_count}  "
               f"[{ident.sources['role']}, {ident.sources['task_index']}]")
-        print(f"pod IP    {ident.pod_ip}  [{ident.sources['pod_ip']}]")
-        print(f"host IP   {ident.host_ip}  [{ident.sources['host_ip']}]")
-        print(f"instance  {ident.incarnation}  [{ident.sources['incarnation']}]")
-        print(f"run id    {settings.run_id or '-'}  [{settings.sources.get('run_id')}]")
-        print(f"devices   {len(found.devices)}  [{found.device_source}; IPs from "
+        out(f"pod IP    {ident.pod_ip}  [{ident.sources['pod_ip']}]")
+        out(f"host IP   {ident.host_ip}  [{ident.sources['host_ip']}]")
+        out(f"instance  {ident.incarnation}  [{ident.sources['incarnation']}]")
+        out(f"run id    {settings.run_id or '-'}  [{settings.sources.get('run_id')}]")
+        out(f"devices   {len(found.devices)}  [{found.device_source}; IPs from "
               f"{found.hccn_tool}]")
         for d in found.devices:
             sdid = f"  SDID {pod.sdids.get(d.device_id)}" if pod else ""
-            print(f"  {d.device_id:>3}  {d.ip:<40} {d.netmask:<16} [{d.ip_source}]{sdid}")
-        print(f"super pod {pod.super_pod_id if pod else '-'}  [{found.super_pod_note}]")
-        print(f"table     from {source.source}  [{source.why}]; version "
+            out(f"  {d.device_id:>3}  {d.ip:<40} {d.netmask:<16} [{d.ip_source}]{sdid}")
+        out(f"super pod {pod.super_pod_id if pod else '-'}  [{found.super_pod_note}]")
+        out(f"table     from {source.source}  [{source.why}]; version "
               f"{settings.table_version} [{settings.sources.get('table_version')}]")
 
 
@@ -158,7 +158,7 @@ def ranktable(
                    "shared_table": str(result.shared_table), "env": result.env,
                    "seconds": round(result.seconds, 3)})
         else:
-            print(result.env["RANK_TABLE_FILE"])
+            out(result.env["RANK_TABLE_FILE"])
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
@@ -228,7 +228,7 @@ def env_cmd(
         if fmt == "json":
             emit({"env": env})
         else:
-            sys.stdout.write(render_env_script(env))
+            out(render_env_script(env), end="")
 
 
 @app.command()
@@ -248,5 +248,5 @@ def status(
         if json_out:
             emit(view.to_json())
         else:
-            print(view.text())
+            out(view.text())
         raise typer.Exit(view.exit_code)
