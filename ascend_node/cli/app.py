@@ -24,7 +24,7 @@ from typing import Annotated, Any, Callable, Optional
 import typer
 
 from ascend_node import __version__
-from ascend_node.errors import AscendNodeError, Terminated
+from ascend_node.errors import AscendNodeError, Interrupted, Terminated
 
 STARTED = time.monotonic()
 JSON_SCHEMA_VERSION = 1
@@ -114,7 +114,10 @@ def exit_codes(debug: bool, on_failure: Optional[Callable[[BaseException, int], 
         raise
     except BrokenPipeError:
         _closed_stdout()
-    except Exception as exc:
+    except (Exception, KeyboardInterrupt) as exc:
+        if isinstance(exc, KeyboardInterrupt):  # Ctrl-C: recorded as SIGTERM is (status.json)
+            exc = Interrupted(f"interrupted by signal {signal.SIGINT.value} (SIGINT)",
+                              "stopped by hand; nothing was left half-written")
         code = report_error(exc, debug)
         if on_failure is not None:
             on_failure(exc, code)
@@ -195,7 +198,7 @@ def _discard_stdout() -> None:
 
 
 def on_sigterm(signum: int, frame: Any) -> None:
-    raise Terminated(f"terminated by signal {signum} while waiting",
+    raise Terminated(f"terminated by signal {signum} ({signal.Signals(signum).name})",
                      "the pod is being stopped; nothing was left half-written")
 
 

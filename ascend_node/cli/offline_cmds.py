@@ -4,13 +4,14 @@ No `from __future__ import annotations` here (see `app`).
 """
 
 import json
+import signal
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
 
 from ascend_node import __version__, logs
-from ascend_node.cli.app import app, debug_on, emit, exit_codes, out
+from ascend_node.cli.app import app, debug_on, emit, exit_codes, on_sigterm, out
 from ascend_node.cli.options import (
     Debug,
     Json,
@@ -67,6 +68,7 @@ def simulate(
     """
     logs.setup(False, debug_on(debug))
     with exit_codes(debug_on(debug)):
+        signal.signal(signal.SIGTERM, on_sigterm)  # stop the nodes, remove the workspace
         from ascend_node.sim.cluster import write_table
         from ascend_node.sim.options import build_spec
         from ascend_node.sim.session import simulate as run_simulation

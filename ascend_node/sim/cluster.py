@@ -13,6 +13,7 @@ import ipaddress
 import json
 import os
 import random
+import signal
 import subprocess
 import sys
 import tempfile
@@ -289,7 +290,7 @@ def launch(nodes: Sequence[SimNode], timeout: float, on_tick: Optional[Tick] = N
                 killed = ""
                 limit = max(timeout, _own_timeout(run.node))
                 if code is None and time.monotonic() > run.started + limit + grace:
-                    run.proc.kill()
+                    _signal_group(run.proc, signal.SIGKILL)
                     code = run.proc.wait()
                     killed = (f"ascend-node simulate: killed: still running "
                               f"{limit + grace:g} s after it started (its --timeout is "
@@ -306,12 +307,38 @@ def launch(nodes: Sequence[SimNode], timeout: float, on_tick: Optional[Tick] = N
                     nap = min(nap, max(0.0, t0 + pending[0].start_delay - time.monotonic()))
                 time.sleep(nap)
     finally:
-        for run in running.values():
-            run.proc.kill()
-            run.proc.wait()
-            run.out.close()
-            run.err.close()
+        stop_all(list(running.values()))
     return [ended[n.index] for n in nodes]
+
+
+STOP_GRACE = 5.0
+"""Seconds the nodes get to end on SIGTERM (each records its interrupted start, as a pod
+does) before their process groups are killed."""
+
+
+def stop_all(runs: Sequence[_Running], grace: float = STOP_GRACE) -> None:
+    """End every node still running and whatever it started (its process group: a fake
+    hccn_tool, a fake MindIE daemon): SIGTERM, then SIGKILL after `grace` s."""
+    for run in runs:
+        _signal_group(run.proc, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    for run in runs:
+        try:
+            run.proc.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            pass
+        _signal_group(run.proc, signal.SIGKILL)  # the leader's children too
+        run.proc.wait()
+        run.out.close()
+        run.err.close()
+
+
+def _signal_group(proc: subprocess.Popen[bytes], signum: int) -> None:
+    """Each node leads its own process group (`_start`): signal all of it."""
+    try:
+        os.killpg(proc.pid, signum)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 def _own_timeout(node: SimNode) -> float:
@@ -326,8 +353,10 @@ def _start(node: SimNode) -> _Running:
     node.state_dir.parent.mkdir(parents=True, exist_ok=True)
     out = open(node.state_dir.parent / "stdout.txt", "w+b")  # noqa: SIM115
     err = open(node.state_dir.parent / "stderr.txt", "w+b")  # noqa: SIM115
+    # Its own process group, so that stopping the simulation stops all it started; a
+    # terminal's Ctrl-C then reaches simulate alone, which stops the nodes (`stop_all`).
     proc = subprocess.Popen(node.argv, env=node.env, stdout=out, stderr=err,
-                            stdin=subprocess.DEVNULL)
+                            stdin=subprocess.DEVNULL, start_new_session=True)
     return _Running(node, proc, time.monotonic(), out, err)
 
 

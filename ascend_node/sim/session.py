@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Callable, Optional
 
-from ascend_node.errors import ConfigError
+from ascend_node.errors import ConfigError, Interrupted, Terminated
 from ascend_node.sim.cluster import NodeResult, SimReport, SimSpec, run_cluster
 
 PROGRESS_FIRST = 3.0
@@ -122,7 +122,16 @@ def simulate(spec: SimSpec, shared_dir: Optional[Path] = None, keep: Optional[bo
     progress = Progress(spec, shared or work / "shared", say)
     try:
         report = run_cluster(spec, shared, work, on_tick=progress)
-    except BaseException:  # an interrupt too: launch has stopped every node
+    except (Terminated, KeyboardInterrupt) as exc:  # launch has stopped every node
+        # SIGTERM (`timeout 10 ascend-node simulate`) or Ctrl-C: say what is left.
+        if not keep:
+            shutil.rmtree(work, ignore_errors=True)
+        left = f"workspace kept: {work}" if keep else "workspace removed"
+        kind = Terminated if isinstance(exc, Terminated) else Interrupted
+        what = exc.cause if isinstance(exc, Terminated) else "interrupted by signal 2 (SIGINT)"
+        raise kind(f"simulate {what}: every node stopped, {left}",
+                   "nothing of the simulation is left running") from None
+    except BaseException:
         if not keep:
             shutil.rmtree(work, ignore_errors=True)
         raise
