@@ -46,12 +46,12 @@ def test_a_signal_stops_every_node_and_removes_the_workspace(signum: int, code: 
         work, kids = _started(proc, 2)
         assert work.is_dir()
         proc.send_signal(signum)
-        out, err = proc.communicate(timeout=60)
+        _out, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == code, err
-    gone, alive = psutil.wait_procs(kids, timeout=30)
+    _gone, alive = psutil.wait_procs(kids, timeout=30)
     assert alive == [], f"node processes left running: {alive}"
     assert not work.exists(), f"workspace left behind: {work}"
     assert "Traceback" not in err

@@ -9,6 +9,7 @@ nothing connects to.
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import json
 import os
@@ -323,10 +324,8 @@ def stop_all(runs: Sequence[_Running], grace: float = STOP_GRACE) -> None:
         _signal_group(run.proc, signal.SIGTERM)
     deadline = time.monotonic() + grace
     for run in runs:
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             run.proc.wait(max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            pass
         _signal_group(run.proc, signal.SIGKILL)  # the leader's children too
         run.proc.wait()
         run.out.close()
@@ -335,10 +334,8 @@ def stop_all(runs: Sequence[_Running], grace: float = STOP_GRACE) -> None:
 
 def _signal_group(proc: subprocess.Popen[bytes], signum: int) -> None:
     """Each node leads its own process group (`_start`): signal all of it."""
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signum)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def _own_timeout(node: SimNode) -> float:
