@@ -9,9 +9,9 @@ exit 5 print it once), with the path of each node's log while the workspace exis
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from typing import Any, Optional
 
+from ascend_node.report.failures import FailureGroup, group_failures
 from ascend_node.sim.cluster import SimReport, pod_ip, server_summary
 
 # Columns of the per-node breakdown, in the order a bootstrap goes through them
@@ -20,27 +20,13 @@ PHASE_COLUMNS = ("startup", "discovery", "rendezvous", "outputs", "preflight", "
                  "set_env", "config")
 
 
-@dataclass(frozen=True)
-class Failure:
-    """Nodes that ended alike: one exit code, one cause, one hint."""
-
-    nodes: tuple[int, ...]
-    exit_code: int
-    cause: str
-    hint: str
+Failure = FailureGroup
 
 
-def failures(report: SimReport) -> list[Failure]:
-    """The failing nodes grouped by what they said."""
-    groups: dict[tuple[int, str, str], list[int]] = {}
-    for r in report.results:
-        if r.exit_code != 0:
-            groups.setdefault((r.exit_code, r.cause or "no message", r.hint), []).append(
-                r.index)
-    found = [Failure(tuple(nodes), code, cause, hint)
-             for (code, cause, hint), nodes in groups.items()]
-    # A node's own failure (1) before the timeouts (4) and aborts (5) it causes.
-    return sorted(found, key=lambda f: (f.exit_code, f.nodes))
+def failures(report: SimReport) -> list[FailureGroup]:
+    """The failing nodes grouped by what they said (as `report` groups them)."""
+    return group_failures((r.index, r.exit_code, r.cause, r.hint)
+                          for r in report.results if r.exit_code != 0)
 
 
 def _logs(report: SimReport, nodes: tuple[int, ...]) -> Optional[str]:
@@ -114,9 +100,7 @@ def format_report(report: SimReport, keep: Optional[bool] = True) -> str:
             f"{r.seconds:>7.2f}"
             + "".join(f" {ph[c]:>10.3f}" if c in ph else f" {'-':>10}" for c in columns))
     for failure in failures(report):
-        who = (f"node {failure.nodes[0]}" if len(failure.nodes) == 1
-               else "nodes " + ", ".join(str(n) for n in failure.nodes))
-        lines.append(f"{who}: exit {failure.exit_code}: {failure.cause}")
+        lines.append(failure.line())
         if failure.hint:
             lines.append(f"  hint: {failure.hint}")
         logs = _logs(report, failure.nodes)
