@@ -70,7 +70,7 @@ def simulate(
     with exit_codes(debug_on(debug)):
         signal.signal(signal.SIGTERM, on_sigterm)  # stop the nodes, remove the workspace
         from ascend_node.sim.cluster import write_table
-        from ascend_node.sim.options import build_spec
+        from ascend_node.sim.options import build_spec, check_paths
         from ascend_node.sim.session import simulate as run_simulation
         from ascend_node.sim.summary import format_report, report_json
 
@@ -78,6 +78,7 @@ def simulate(
                           masters=masters, timeout=timeout, tool_delay=tool_delay,
                           run_id=run_id, boot=boot_chain, absent=absent,
                           bad_devices=bad_device or [])
+        check_paths(shared_dir, table_out)
         drawn: tuple[Optional[dict[str, Any]], str] = (None, "")
 
         def draw(done: Any) -> None:  # before the workspace (and its volume) is removed

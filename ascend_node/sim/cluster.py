@@ -138,6 +138,18 @@ class NodeResult:
                 return lines[at][len(ERROR_PREFIX):], hint
         return "", ""
 
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        """What the node warned about (`HH:MM:SS [who] warning: <text>`, logs.py), each
+        once: a pre-flight warning does not stop a start, and must not hide in a log
+        that is removed with the workspace."""
+        seen: dict[str, None] = {}
+        for line in self.stderr.splitlines():
+            head, sep, text = line.partition("] warning: ")
+            if sep and head[:1].isdigit() and "[" in head:
+                seen.setdefault(text.strip(), None)
+        return tuple(seen)
+
     def local_table(self) -> Optional[bytes]:
         """This node's ranktable.json: as read when it ended, else read now."""
         if self.table is not None:

@@ -11,7 +11,9 @@ something silently clamped or ignored.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Optional
 
 from ascend_node.errors import AscendNodeError, UsageError
@@ -47,6 +49,27 @@ def _positive_seconds(option: str, value: float, zero_ok: bool = False) -> None:
                          f"e.g. {option} {'0.5' if zero_ok else '60'}")
 
 
+def check_paths(shared_dir: Optional[Path], table_out: Optional[Path]) -> None:
+    """`--shared-dir` must exist, as the agent requires of its shared volume (simulate
+    creates nothing the user named); `--table-out` must be writable where it points, checked
+    before any node runs, not after all of them."""
+    if shared_dir is not None and not shared_dir.is_dir():
+        raise UsageError(f"--shared-dir {shared_dir} does not exist or is not a directory",
+                         "create it first, or leave --shared-dir out (the workspace has one)")
+    if table_out is None:
+        return
+    parent = table_out.parent
+    if table_out.is_dir():
+        raise UsageError(f"--table-out {table_out} is a directory",
+                         "name a file, e.g. --table-out ranktable.json")
+    if not parent.is_dir():
+        raise UsageError(f"--table-out {table_out}: directory {parent} does not exist",
+                         "choose a path in an existing, writable directory")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise UsageError(f"--table-out {table_out}: directory {parent} is not writable",
+                         "choose a path in an existing, writable directory")
+
+
 def build_spec(*, nodes: int, devices: Optional[int], a3: bool, super_pod_size: int,
                masters: int, timeout: float, tool_delay: float, run_id: str, boot: bool,
                absent: Optional[str], bad_devices: Sequence[str]) -> SimSpec:
@@ -77,4 +100,4 @@ def build_spec(*, nodes: int, devices: Optional[int], a3: bool, super_pod_size: 
                    super_pod_size=super_pod_size, absent=gone, bad_devices=bad)
 
 
-__all__ = ["build_spec", "parse_node_list"]
+__all__ = ["build_spec", "check_paths", "parse_node_list"]

@@ -96,13 +96,10 @@ class Progress:
 
 
 def _shared(shared_dir: Optional[Path]) -> Optional[Path]:
-    if shared_dir is None:
-        return None
-    try:
-        shared_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ConfigError(f"cannot use --shared-dir {shared_dir}: {exc.strerror or exc}",
-                          "give a writable directory (it is created when missing)") from exc
+    """The user's shared directory, which must exist (as the agent requires its volume)."""
+    if shared_dir is not None and not shared_dir.is_dir():
+        raise ConfigError(f"--shared-dir {shared_dir} does not exist or is not a directory",
+                          "create it first, or leave --shared-dir out")
     return shared_dir
 
 
