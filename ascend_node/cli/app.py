@@ -22,6 +22,7 @@ from contextlib import contextmanager
 from typing import Annotated, Any, Callable, Optional
 
 import typer
+import typer.core
 
 from ascend_node import __version__
 from ascend_node.errors import AscendNodeError, Interrupted, Terminated
@@ -29,7 +30,40 @@ from ascend_node.errors import AscendNodeError, Interrupted, Terminated
 STARTED = time.monotonic()
 JSON_SCHEMA_VERSION = 1
 
+IN_THE_POD = "In the pod (the container's command, its probes)"
+FOR_THE_OPERATOR = "For the operator (against a running or finished job)"
+OFFLINE = "Offline (no job needed)"
+GROUPS = (IN_THE_POD, FOR_THE_OPERATOR, OFFLINE)
+"""`--help` lists the commands by who runs them, as docs/design.md does; each command names
+its group when it is registered (`@app.command(rich_help_panel=...)`, a field typer keeps
+without rich)."""
+
+
+class Commands(typer.core.TyperGroup):
+    """The root command: groups `--help` by who runs each command (plain text: rich costs
+    start-up, docs/benchmarks.md), never cuts a summary, and ends an option value refused
+    while parsing (`cli.options`) as every error ends: one line, a hint, its exit code."""
+
+    def format_commands(self, ctx: Any, formatter: Any) -> None:
+        listed = [(name, self.get_command(ctx, name)) for name in self.list_commands(ctx)]
+        shown = [(name, cmd) for name, cmd in listed if cmd is not None and not cmd.hidden]
+        for group in (*GROUPS, None):
+            rows = [(name, cmd.get_short_help_str(limit=500)) for name, cmd in shown
+                    if getattr(cmd, "rich_help_panel", None) == group
+                    or (group is None and getattr(cmd, "rich_help_panel", None) not in GROUPS)]
+            if rows:
+                with formatter.section(group or "Commands"):
+                    formatter.write_dl(rows)
+
+    def invoke(self, ctx: Any) -> Any:
+        try:
+            return super().invoke(ctx)
+        except AscendNodeError as exc:  # raised by an option type, before the command ran
+            raise typer.Exit(report_error(exc, debug_on(False))) from None
+
+
 app = typer.Typer(
+    cls=Commands,
     name="ascend-node",
     help="Bootstrap agent for multi-node Huawei Ascend NPU jobs: discovers NPUs, meets peers "
     "on a shared volume to build the HCCL rank table, and hands over to MindIE or a "

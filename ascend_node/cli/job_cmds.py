@@ -12,6 +12,7 @@ import typer
 
 from ascend_node import logs
 from ascend_node.cli.app import (
+    FOR_THE_OPERATOR,
     app,
     debug_on,
     emit,
@@ -33,15 +34,18 @@ from ascend_node.cli.options import (
     TableSource,
     TableVersion,
     Verbose,
+    attempt_id,
+    seconds,
 )
 
 
-@app.command()
+@app.command(rich_help_panel=FOR_THE_OPERATOR)
 def validate(
     file: Annotated[Path, typer.Argument(help="Rank table JSON file", metavar="FILE",
                                          show_default=False)],
     target: Annotated[str, typer.Option(
-        "--for", help="Rules to apply: mindie (HCCL + MindIE) or hccl")] = "mindie",
+        "--for", metavar="mindie|hccl", help="Rules to apply: mindie (HCCL + MindIE) or hccl")
+    ] = "mindie",
     owner_uid: Annotated[Optional[int], typer.Option(
         "--owner-uid", help="Also require this file owner (MindIE requires the server's uid)",
         show_default=False)] = None,
@@ -69,13 +73,14 @@ def validate(
             raise typer.Exit(1)
 
 
-@app.command()
+@app.command(rich_help_panel=FOR_THE_OPERATOR)
 def doctor(
     peers: Annotated[bool, typer.Option("--peers", help="Also compare with the run's peers "
                                         "through the shared volume, and ping their devices")
                      ] = False,
     peer_wait: Annotated[float, typer.Option(
-        "--peer-wait", help="Seconds to wait for peers' facts")] = 10.0,
+        "--peer-wait", help="Seconds to wait for peers' facts", metavar="SECONDS",
+        parser=seconds("--peer-wait", example="10"))] = 10.0,
     shared_dir: SharedDir = None, run_id: RunId = None, state_dir: StateDir = None,
     devices: Devices = None, hccn_tool: HccnTool = None, table_version: TableVersion = None,
     table_source: TableSource = None, hccl_json: HcclJson = None,
@@ -99,11 +104,12 @@ def doctor(
         raise typer.Exit(report.exit_code)
 
 
-@app.command()
+@app.command(rich_help_panel=FOR_THE_OPERATOR)
 def report(
     shared_dir: SharedDir = None, run_id: RunId = None,
     attempt: Annotated[Optional[str], typer.Option(
-        "--attempt", help="Attempt to draw (default: the current one)", show_default=False)
+        "--attempt", help="Attempt to draw (default: the current one)", show_default=False,
+        parser=attempt_id, metavar="ATTEMPT_ID")
     ] = None,
     html: Annotated[Optional[Path], typer.Option(
         "--html", help="Also write the timeline as a self-contained HTML page to FILE",
@@ -126,7 +132,7 @@ def report(
             out(text)
 
 
-@app.command()
+@app.command(rich_help_panel=FOR_THE_OPERATOR)
 def clean(
     shared_dir: SharedDir = None, run_id: RunId = None,
     yes: Annotated[bool, typer.Option(

@@ -11,14 +11,14 @@ from typing import Annotated, Any, Optional
 import typer
 
 from ascend_node import __version__, logs
-from ascend_node.cli.app import app, debug_on, emit, exit_codes, on_sigterm, out
+from ascend_node.cli.app import OFFLINE, app, debug_on, emit, exit_codes, on_sigterm, out
 from ascend_node.cli.options import (
     Debug,
     Json,
 )
 
 
-@app.command()
+@app.command(rich_help_panel=OFFLINE)
 def simulate(
     nodes: Annotated[int, typer.Option("--nodes", min=1, max=1024,
                                        help="Number of simulated pods")] = 2,
@@ -104,10 +104,12 @@ def simulate(
             raise typer.Exit(report.worst_exit)
 
 
-@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+             rich_help_panel=OFFLINE, options_metavar="[OPTIONS] [-- CMD [ARGS]...]")
 def manifest(
     ctx: typer.Context,
-    kind: Annotated[str, typer.Option("--kind", help="mindie or training")] = "mindie",
+    kind: Annotated[str, typer.Option("--kind", metavar="mindie|training",
+                                      help="mindie or training")] = "mindie",
     name: Annotated[str, typer.Option("--name", help="Volcano Job name")] = "mindie",
     nodes: Annotated[int, typer.Option("--nodes", help="Pods (one per server)")] = 2,
     image: Annotated[str, typer.Option("--image", help="Container image with ascend-node")
@@ -116,7 +118,8 @@ def manifest(
     run_id: Annotated[Optional[str], typer.Option(
         "--run-id", help="Run id (default: the job name)", show_default=False)] = None,
     npus_per_node: Annotated[Optional[int], typer.Option(
-        "--npus-per-node", help="NPUs per pod (8; 16 with --a3)", show_default=False)] = None,
+        "--npus-per-node", help="NPUs per pod, 1-16 (8; 16 with --a3)", show_default=False)
+    ] = None,
     a3: Annotated[bool, typer.Option(
         "--a3", help="Atlas 900 A3 SuperPoD: 16 NPUs per pod, super-pod node selector")
     ] = False,
@@ -129,7 +132,8 @@ def manifest(
         "--rdma-resource", help="e.g. rdma/hca (adds IPC_LOCK)", show_default=False)] = None,
     queue: Annotated[str, typer.Option("--queue", help="Volcano queue of the Job")
                      ] = "default",
-    timeout: Annotated[int, typer.Option("--timeout", help="Agent's peer timeout")] = 900,
+    timeout: Annotated[int, typer.Option(
+        "--timeout", help="Agent's peer timeout in seconds, 1-604800")] = 900,
     npu_resource: Annotated[str, typer.Option(
         "--npu-resource", help="Extended resource name of the NPUs")] = "huawei.com/Ascend910",
     no_driver_mounts: Annotated[bool, typer.Option(
@@ -169,7 +173,8 @@ def manifest(
         params = ManifestParams(
             kind=kind,  # type: ignore[arg-type]
             name=name, nodes=nodes, image=image, pvc=pvc, run_id=run_id or name,
-            npus_per_node=npus_per_node or (16 if a3 else 8), model_path=model_path,
+            npus_per_node=(16 if a3 else 8) if npus_per_node is None else npus_per_node,
+            model_path=model_path,
             namespace=namespace,
             rdma_resource=rdma_resource, queue=queue, timeout=timeout,
             command=list(ctx.args) or None, npu_resource=npu_resource,
@@ -193,7 +198,7 @@ def manifest(
             out(render_yaml(params), end="")
 
 
-@app.command()
+@app.command(rich_help_panel=OFFLINE)
 def version() -> None:
     """Print the agent's version."""
     with exit_codes(False):

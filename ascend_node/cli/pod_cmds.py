@@ -11,6 +11,7 @@ import typer
 
 from ascend_node import logs
 from ascend_node.cli.app import (
+    IN_THE_POD,
     STARTED,
     app,
     debug_on,
@@ -41,6 +42,7 @@ from ascend_node.cli.options import (
     Timeout,
     Verbose,
     WorldSizeFile,
+    seconds,
 )
 from ascend_node.errors import AscendNodeError
 
@@ -60,7 +62,7 @@ def _status_writer(settings_box: dict[str, Any], command: str
                 message=cause, run_id=settings.run_id))
     return write
 
-@app.command()
+@app.command(rich_help_panel=IN_THE_POD)
 def discover(
     devices: Devices = None, hccn_tool: HccnTool = None, table_version: TableVersion = None,
     table_source: TableSource = None, hccl_json: HcclJson = None, json_out: Json = False,
@@ -121,7 +123,7 @@ def discover(
               f"{settings.table_version} [{settings.sources.get('table_version')}]")
 
 
-@app.command()
+@app.command(rich_help_panel=IN_THE_POD)
 def ranktable(
     shared_dir: SharedDir = None, run_id: RunId = None, timeout: Timeout = None,
     master_file: MasterFile = None, world_size_file: WorldSizeFile = None,
@@ -161,7 +163,8 @@ def ranktable(
             out(result.env["RANK_TABLE_FILE"])
 
 
-@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+             rich_help_panel=IN_THE_POD, options_metavar="[OPTIONS] [-- CMD [ARGS]...]")
 def boot(
     ctx: typer.Context,
     shared_dir: SharedDir = None, run_id: RunId = None, timeout: Timeout = None,
@@ -172,7 +175,8 @@ def boot(
     table_source: TableSource = None, hccl_json: HcclJson = None, preflight: Preflight = None,
     rendezvous_key_file: RendezvousKeyFile = None,
     launcher: Annotated[Optional[str], typer.Option(
-        "--launcher", help="mindie | msrun | ranktable-env | torch (env ASCEND_NODE_LAUNCHER; "
+        "--launcher", metavar="mindie|msrun|ranktable-env|torch",
+        help="mindie | msrun | ranktable-env | torch (env ASCEND_NODE_LAUNCHER; "
         "mindie)", show_default=False)] = None,
     https: Annotated[Optional[bool], typer.Option(
         "--https/--no-https", help="MindIE httpsEnabled (env ASCEND_NODE_HTTPS; keep the file's)",
@@ -207,9 +211,9 @@ def boot(
         run_boot(settings, os.environ, result, opts)
 
 
-@app.command("env")
+@app.command("env", rich_help_panel=IN_THE_POD)
 def env_cmd(
-    fmt: Annotated[str, typer.Option("--format", help="sh or json")] = "sh",
+    fmt: Annotated[str, typer.Option("--format", metavar="sh|json", help="sh or json")] = "sh",
     state_dir: StateDir = None, debug: Debug = False,
 ) -> None:
     """The environment of the last completed bootstrap in this container."""
@@ -231,11 +235,12 @@ def env_cmd(
             out(render_env_script(env), end="")
 
 
-@app.command()
+@app.command(rich_help_panel=IN_THE_POD)
 def status(
     wait: Annotated[bool, typer.Option("--wait", help="Block until done or failed")] = False,
     wait_timeout: Annotated[float, typer.Option(
-        "--wait-timeout", help="Seconds --wait may block")] = 900.0,
+        "--wait-timeout", help="Seconds --wait may block", metavar="SECONDS",
+        parser=seconds("--wait-timeout", example="900"))] = 900.0,
     state_dir: StateDir = None, json_out: Json = False, debug: Debug = False,
 ) -> None:
     """This container's bootstrap state: exit 0 done, 1 failed, 3 in progress (for probes)."""

@@ -10,13 +10,13 @@ something silently clamped or ignored.
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Optional
 
 from ascend_node.errors import AscendNodeError, UsageError
+from ascend_node.quantities import check_seconds
 from ascend_node.sim.cluster import SimSpec
 from ascend_node.sim.faults import check_bad_devices, parse_bad_device
 
@@ -43,10 +43,13 @@ def parse_node_list(text: str, nodes: int, option: str = "--absent") -> frozense
 
 
 def _positive_seconds(option: str, value: float, zero_ok: bool = False) -> None:
-    if not math.isfinite(value) or value < 0 or (value == 0 and not zero_ok):
+    """The agent's rule for seconds (`quantities`), worded for the flag typed."""
+    try:
+        check_seconds(value, zero_ok)
+    except ValueError:
         what = "a number of seconds >= 0" if zero_ok else "a number of seconds > 0"
         raise UsageError(f"{option} {value:g} is not {what}",
-                         f"e.g. {option} {'0.5' if zero_ok else '60'}")
+                         f"e.g. {option} {'0.5' if zero_ok else '60'}") from None
 
 
 def check_paths(shared_dir: Optional[Path], table_out: Optional[Path]) -> None:
