@@ -35,7 +35,7 @@ FOREIGN: dict[str, frozenset[str]] = {
     "mmdebstrap (images/README.md)": frozenset({"--variant", "--include"}),
     "pip wheel (images/README.md)": frozenset({"--no-deps"}),
     "Volcano's svc plugin": frozenset({"--disable-network-policy"}),
-    "a training script's own argument (launchers.md)": frozenset({"--config"}),
+    "a training script's own argument (docs/launchers.md)": frozenset({"--config"}),
     "the docs' example of an unknown option": frozenset({"--bogus"}),
 }
 """Flags the documents quote for other programs. The benchmark and CI scripts' own options
