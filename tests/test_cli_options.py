@@ -76,6 +76,7 @@ def test_help_groups_the_commands_by_who_runs_them() -> None:
         assert f"\n  {name} " in operator
     for name in ("simulate", "manifest", "version"):
         assert f"\n  {name} " in offline
+    assert "\nCommands:" not in text  # every command is in a group
     listed = text.split("In the pod")[1]
     assert "..." not in listed and "\u2026" not in listed  # no summary is cut
 

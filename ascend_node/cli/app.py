@@ -149,7 +149,8 @@ def exit_codes(debug: bool, on_failure: Optional[Callable[[BaseException, int], 
     except BrokenPipeError:
         _closed_stdout()
     except (Exception, KeyboardInterrupt) as exc:
-        if isinstance(exc, KeyboardInterrupt):  # Ctrl-C: recorded as SIGTERM is (status.json)
+        if isinstance(exc, (KeyboardInterrupt, typer.Abort)):  # Ctrl-C, at a prompt too:
+            # recorded as SIGTERM is (status.json)
             exc = Interrupted(f"interrupted by signal {signal.SIGINT.value} (SIGINT)",
                               "stopped by hand; nothing was left half-written")
         code = report_error(exc, debug)
