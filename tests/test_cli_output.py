@@ -63,5 +63,15 @@ def test_an_error_names_a_long_value_without_echoing_it_whole(tmp_path: Path) ->
                env={"ASCEND_NODE_TIMEOUT": "9" * 50 + "x" * 5000})
     assert got.returncode == 1
     line = _one_error(got.stderr)
-    assert "ASCEND_NODE_TIMEOUT" in line
-    assert len(line) < 400 and "more characters" in line
+    assert line.startswith("ascend-node: error: ASCEND_NODE_TIMEOUT='99999")
+    assert len(line) < 600 and "(5,050 characters) is invalid: " in line  # the cause stays
+
+
+def test_a_long_cause_that_quotes_nothing_long_is_never_cut() -> None:
+    from ascend_node.cli.app import clip_line
+
+    cause = ("ascend-node: error: timed out after 5 s waiting for peers: attempt 1-a was "
+             "aborted by this pod's own earlier failure (worker 0 (node 1) failed: device 2 "
+             "has no usable RoCE IP (no address): `hccn_tool -i 2 -ip -g` printed \"" + "x" * 200
+             + "\") and no new attempt opened")
+    assert clip_line(cause) == cause

@@ -14,6 +14,7 @@ supports Python 3.9 reads option metadata from evaluated `Annotated` hints only.
 
 import json
 import os
+import re
 import signal
 import sys
 import time
@@ -97,15 +98,22 @@ def debug_on(flag: bool) -> bool:
     return flag or os.environ.get("ASCEND_NODE_DEBUG", "") in ("1", "true", "yes")
 
 
-MAX_LINE = 300
-"""Characters of an error line: a value is named, not echoed whole (a 5,000-character
-K8S_POD_IP would bury the cause and its hint)."""
+MAX_VALUE = 200
+"""Characters of a quoted value in an error line: a value is named, not echoed whole (a
+5,000-character K8S_POD_IP would bury the cause and its hint). Tool output is quoted cut to
+200 already (`tools.shown_output`), so it passes whole."""
+MAX_LINE = 2000
+"""The last guard: no error line is longer, whatever it quotes."""
+_LONG_QUOTED = re.compile(r"(['\"])([^'\"\n]{" + str(MAX_VALUE + 1) + r",})\1")
 
 
-def clip_line(line: str, limit: int = MAX_LINE) -> str:
-    if len(line) <= limit:
+def clip_line(line: str) -> str:
+    """`ASCEND_NODE_TIMEOUT='9999...' (5,050 characters) is invalid: ...`"""
+    line = _LONG_QUOTED.sub(lambda m: f"{m[1]}{m[2][:MAX_VALUE]}...{m[1]} "
+                            f"({len(m[2]):,} characters)", line)
+    if len(line) <= MAX_LINE:
         return line
-    return f"{line[:limit]}... ({len(line) - limit:,} more characters)"
+    return f"{line[:MAX_LINE]}... ({len(line) - MAX_LINE:,} more characters)"
 
 
 def report_error(exc: BaseException, debug: bool) -> int:
