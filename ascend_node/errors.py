@@ -93,3 +93,9 @@ class Terminated(AscendNodeError):
     """SIGTERM arrived while waiting (exit 143)."""
 
     exit_code: ClassVar[int] = 143
+
+
+class Interrupted(AscendNodeError):
+    """SIGINT (Ctrl-C) arrived (exit 130, as a shell reports it)."""
+
+    exit_code: ClassVar[int] = 130

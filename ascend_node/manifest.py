@@ -134,20 +134,20 @@ def validate(p: ManifestParams) -> None:
     if p.kind not in KINDS:
         raise UsageError(f"manifest kind {p.kind!r} is not one of {', '.join(KINDS)}",
                           "use --kind mindie or --kind training")
-    _check_int("nodes", p.nodes, 1, MINDIE_MAX_NODES if p.kind == "mindie" else 100_000)
-    _check_int("npus_per_node", p.npus_per_node, 1, 16)
+    _check_int("--nodes", p.nodes, 1, MINDIE_MAX_NODES if p.kind == "mindie" else 100_000)
+    _check_int("--npus-per-node", p.npus_per_node, 1, 16)
     if p.a3 and p.npus_per_node not in A3_SUPER_POD_TYPES:
         raise UsageError(
-            f"--a3 with npus_per_node={p.npus_per_node}: A3 super-pod nodes are scheduled "
+            f"--a3 with --npus-per-node {p.npus_per_node}: A3 super-pod nodes are scheduled "
             "with 16 (module-a3-16-super-pod) or 8 (module-a3-8-super-pod) NPUs per pod",
             "use --npus-per-node 16 (the default with --a3) or 8",
         )
-    _check_int("timeout", p.timeout, 1, 7 * 24 * 3600)
+    _check_int("--timeout", p.timeout, 1, 7 * 24 * 3600)
     if p.load_timeout is not None:
         if p.kind != "mindie":
             raise UsageError("--load-timeout is how long MindIE may load its weights; a "
                              "training job has no such wait", "leave it out with --kind training")
-        _check_int("load_timeout", p.load_timeout, 60, 7 * 24 * 3600)
+        _check_int("--load-timeout", p.load_timeout, 60, 7 * 24 * 3600)
     if p.https is not None and p.kind != "mindie":
         raise UsageError("--https/--no-https is MindIE's httpsEnabled; a training job has none",
                          "leave it out with --kind training")
@@ -167,15 +167,15 @@ def validate(p: ManifestParams) -> None:
     if not isinstance(p.image, str) or not p.image or any(c.isspace() for c in p.image):
         raise UsageError(f"image {p.image!r} is empty or contains whitespace",
                           "give an image reference such as registry/mindie:2.1-ascend-node")
-    _check_subdomain("pvc", p.pvc)
-    _check_subdomain("queue", p.queue)
+    _check_subdomain("--pvc", p.pvc)
+    _check_subdomain("--queue", p.queue)
     _check_key_secret(p)
     if p.namespace is not None and (len(p.namespace) > 63 or not _DNS1123_LABEL.match(p.namespace)):
         raise UsageError(f"namespace {p.namespace!r} is not a DNS-1123 label",
                           "use lower-case letters, digits and '-', at most 63 characters")
     # The agent's own rule: the run id becomes part of file names on the shared volume.
     try:
-        check_run_id(p.run_id if isinstance(p.run_id, str) else repr(p.run_id), "run_id")
+        check_run_id(p.run_id if isinstance(p.run_id, str) else repr(p.run_id), "--run-id")
     except ConfigError as exc:
         raise UsageError(exc.cause, exc.hint) from None
     if (not isinstance(p.model_path, str) or not _SAFE_PATH.match(p.model_path)
@@ -184,9 +184,9 @@ def validate(p: ManifestParams) -> None:
             f"model path {p.model_path!r} is not an absolute path of [0-9A-Za-z_./-]",
             "MindIE refuses other characters in paths; e.g. /mnt/model",
         )
-    _check_resource("npu_resource", p.npu_resource)
+    _check_resource("--npu-resource", p.npu_resource)
     if p.rdma_resource is not None:
-        _check_resource("rdma_resource", p.rdma_resource)
+        _check_resource("--rdma-resource", p.rdma_resource)
     if p.command is not None and (
         not isinstance(p.command, list) or not p.command
         or not all(isinstance(a, str) and "\0" not in a for a in p.command) or not p.command[0]
@@ -203,12 +203,14 @@ def validate(p: ManifestParams) -> None:
 
 def _check_key_secret(p: ManifestParams) -> None:
     if p.rendezvous_key_secret is not None:
-        _check_subdomain("rendezvous_key_secret", p.rendezvous_key_secret)
+        _check_subdomain("--rendezvous-key-secret", p.rendezvous_key_secret)
 
 
-def _check_int(field: str, value: object, lo: int, hi: int) -> None:
+def _check_int(flag: str, value: object, lo: int, hi: int) -> None:
+    """Errors name the flag typed (`--npus-per-node 17`), never the Python field."""
     if not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= hi:
-        raise UsageError(f"{field} {value!r} is out of range", f"use an integer from {lo} to {hi}")
+        raise UsageError(f"{flag} {value!r} is out of range",
+                         f"use an integer from {lo} to {hi}, e.g. {flag} {min(max(lo, 2), hi)}")
 
 
 def _check_subdomain(field: str, value: object) -> None:

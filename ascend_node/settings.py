@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from ascend_node.discover.identity import check_run_id, run_id_from_volcano_hosts
 from ascend_node.errors import ConfigError, refused_value
 from ascend_node.preflight.policy import parse_policy
+from ascend_node.quantities import parse_seconds
 
 DEFAULT_HCCL_JSON = "/user/serverid/devindex/config/hccl.json"
 """Where MindCluster's Ascend Operator mounts the rank table it writes (Ascend/mind-cluster
@@ -33,7 +34,7 @@ class Settings(BaseModel):
 
     shared_dir: Optional[Path] = None
     run_id: Optional[str] = None
-    timeout: float = Field(900.0, gt=0)
+    timeout: float = Field(900.0, gt=0, allow_inf_nan=False)
     master_file: Path = Path("/master")
     world_size_file: Path = Path("/world_size")
     state_dir: Path = Path("/run/ascend-node")
@@ -42,19 +43,19 @@ class Settings(BaseModel):
     npu_smi: Optional[str] = None
     hccn_conf: Path = Path("/etc/hccn.conf")
     file_owner: Optional[tuple[int, int]] = None
-    tool_timeout: float = Field(10.0, gt=0)
+    tool_timeout: float = Field(10.0, gt=0, allow_inf_nan=False)
     allow_uneven_devices: bool = False
-    poll_interval: float = Field(0.2, gt=0, le=30)
-    progress_interval: float = Field(10.0, gt=0)
+    poll_interval: float = Field(0.2, gt=0, le=30, allow_inf_nan=False)
+    progress_interval: float = Field(10.0, gt=0, allow_inf_nan=False)
     master_port: Optional[int] = Field(None, ge=1, le=65535)
     table_version: Literal["auto", "1.0", "1.2"] = "auto"
     table_source: Literal["auto", "volume", "mindcluster"] = "auto"
     hccl_json: Path = Path(DEFAULT_HCCL_JSON)
     # None: strict, or warn for `boot` into a training launcher (preflight.policy)
     preflight: Optional[Literal["strict", "warn", "off"]] = None
-    preflight_ping_timeout: float = Field(5.0, gt=0, le=120)
+    preflight_ping_timeout: float = Field(5.0, gt=0, le=120, allow_inf_nan=False)
     # How long a member waits for a process still holding its NPUs (preflight.gather).
-    preflight_hold_wait: float = Field(30.0, ge=0, le=600)
+    preflight_hold_wait: float = Field(30.0, ge=0, le=600, allow_inf_nan=False)
     # Where the container's CANN and driver live (their version files, preflight).
     ascend_root: Path = Path("/usr/local/Ascend")
     # The file holding the job's rendezvous key (a mounted Secret). The key itself is
@@ -108,7 +109,7 @@ class Option:
 OPTIONS: tuple[Option, ...] = (
     Option("shared_dir", "--shared-dir", "ASCEND_NODE_SHARED_DIR", ("MODEL_PATH",), Path),
     Option("run_id", "--run-id", "ASCEND_NODE_RUN_ID", ("KUBEFLOW_RUN_ID", "KFJ_RUN_ID")),
-    Option("timeout", "--timeout", "ASCEND_NODE_TIMEOUT", (), float),
+    Option("timeout", "--timeout", "ASCEND_NODE_TIMEOUT", (), parse_seconds),
     Option("master_file", "--master-file", "ASCEND_NODE_MASTER_FILE", (), Path),
     Option("world_size_file", "--world-size-file", "ASCEND_NODE_WORLD_SIZE_FILE", (), Path),
     Option("state_dir", "--state-dir", "ASCEND_NODE_STATE_DIR", (), Path),
@@ -117,11 +118,11 @@ OPTIONS: tuple[Option, ...] = (
     Option("npu_smi", None, "ASCEND_NODE_NPU_SMI"),
     Option("hccn_conf", None, "ASCEND_NODE_HCCN_CONF", (), Path),
     Option("file_owner", "--file-owner", "ASCEND_NODE_FILE_OWNER", (), parse_owner),
-    Option("tool_timeout", None, "ASCEND_NODE_TOOL_TIMEOUT", (), float),
+    Option("tool_timeout", None, "ASCEND_NODE_TOOL_TIMEOUT", (), parse_seconds),
     Option("allow_uneven_devices", "--allow-uneven-devices",
            "ASCEND_NODE_ALLOW_UNEVEN_DEVICES", (), _bool),
-    Option("poll_interval", None, "ASCEND_NODE_POLL_INTERVAL", (), float),
-    Option("progress_interval", None, "ASCEND_NODE_PROGRESS_INTERVAL", (), float),
+    Option("poll_interval", None, "ASCEND_NODE_POLL_INTERVAL", (), parse_seconds),
+    Option("progress_interval", None, "ASCEND_NODE_PROGRESS_INTERVAL", (), parse_seconds),
     Option("master_port", "--master-port", "ASCEND_NODE_MASTER_PORT", ("MASTER_PORT",), int),
     Option("table_version", "--table-version", "ASCEND_NODE_TABLE_VERSION", (),
            _choice("auto", "1.0", "1.2")),
@@ -129,8 +130,10 @@ OPTIONS: tuple[Option, ...] = (
            _choice("auto", "volume", "mindcluster")),
     Option("hccl_json", "--hccl-json", "ASCEND_NODE_HCCL_JSON", (), Path),
     Option("preflight", "--preflight", "ASCEND_NODE_PREFLIGHT", (), parse_policy),
-    Option("preflight_ping_timeout", None, "ASCEND_NODE_PREFLIGHT_PING_TIMEOUT", (), float),
-    Option("preflight_hold_wait", None, "ASCEND_NODE_PREFLIGHT_HOLD_WAIT", (), float),
+    Option("preflight_ping_timeout", None, "ASCEND_NODE_PREFLIGHT_PING_TIMEOUT", (),
+           parse_seconds),
+    Option("preflight_hold_wait", None, "ASCEND_NODE_PREFLIGHT_HOLD_WAIT", (),
+           parse_seconds),
     Option("ascend_root", None, "ASCEND_NODE_ASCEND_ROOT", (), Path),
     Option("rendezvous_key_file", "--rendezvous-key-file", "ASCEND_NODE_RENDEZVOUS_KEY_FILE",
            (), Path),
@@ -176,17 +179,34 @@ def resolve_settings(flags: Mapping[str, Any], environ: Mapping[str, str]) -> Se
         flag = next((o.flag for o in OPTIONS if o.name == name), None)
         var = src[len("environment "):] if src.startswith("environment ") else ""
         # Quote what the operator wrote, under the name they wrote it.
+        accepted = accepted_values(err)
         if var:
             raise ConfigError(
                 f"{var}={environ.get(var, '')!r} is invalid: {err['msg']}",
-                f"fix or unset {var}" + (f" (or pass {flag})" if flag else ""),
+                f"fix or unset {var}" + (f" (or pass {flag})" if flag else "")
+                + (f": {accepted}" if accepted else ""),
             ) from exc
         shown = flag or name.replace("_", "-")
         raise refused_value(
             src,
             f"{shown}={values.get(name)!r} is invalid: {err['msg']}",
-            "see `ascend-node --help` for the accepted values",
+            f"{shown} takes {accepted}" if accepted else f"see `ascend-node <command> --help` "
+            f"for {shown}",
         ) from exc
+
+
+def accepted_values(err: Any) -> str:
+    """What a refused value should have been, from the field's own bound (`a value <= 30`),
+    so the hint names values instead of pointing at a help that lists none."""
+    ctx = err.get("ctx") or {}
+    bounds = [f"{word} {ctx[key]:g}" if isinstance(ctx[key], float) else f"{word} {ctx[key]}"
+              for key, word in (("gt", ">"), ("ge", ">="), ("lt", "<"), ("le", "<="))
+              if key in ctx]
+    if bounds:
+        return "a value " + " and ".join(bounds)
+    if "expected" in ctx:
+        return f"one of {ctx['expected']}"
+    return ""
 
 
 def _why(exc: ValueError) -> str:

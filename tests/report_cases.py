@@ -68,7 +68,7 @@ def slow_discovery() -> Collected:
     nodes = [node(i, start=0.05 * i, table_at=table_at, tool_s=4.7 if i == 3 else 0.05,
                   container=-2.0 if i == 2 else None, post=1.0 + 0.2 * i) for i in range(4)]
     return Collected(RUN, ATTEMPT, Path("/shared/.ascend-node/job-a/timeline") / ATTEMPT,
-                     tuple(nodes), (), 4, {}, T0 + table_at, T0 + 0.2)
+                     tuple(nodes), (), 4, {}, T0 + table_at, T0 + 0.2, "table")
 
 
 def large_job() -> Collected:
@@ -84,4 +84,4 @@ def large_job() -> Collected:
         nodes.append(node(i, masters=2, count=64, start=late, table_at=31.0, failed=fail,
                           boot=fail is None))
     return Collected(RUN, ATTEMPT, Path("/shared/.ascend-node/job-a/timeline") / ATTEMPT,
-                     tuple(nodes), (), 64, {}, T0 + 31.0, T0 + 0.3)
+                     tuple(nodes), (), 64, {}, T0 + 31.0, T0 + 0.3, "table")

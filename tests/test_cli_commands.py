@@ -227,8 +227,12 @@ def test_clean_on_a_terminal_keeps_everything_on_no(tmp_path):
 
 
 def test_manifest_range_errors_are_usage_errors_like_a_bad_kind():
-    for args, named in ((["--nodes", "0"], "nodes 0 is out of range"),
-                        (["--npus-per-node", "17"], "npus_per_node 17 is out of range"),
+    for args, named in ((["--nodes", "0"], "error: --nodes 0 is out of range"),
+                        (["--npus-per-node", "17"], "error: --npus-per-node 17 is out of range"),
+                        (["--npus-per-node", "0"], "error: --npus-per-node 0 is out of range"),
+                        (["--timeout", "0"], "error: --timeout 0 is out of range"),
+                        (["--run-id", "a/b"], "run id 'a/b' (from --run-id)"),
+                        (["--pvc", "A_B"], "error: --pvc 'A_B' is not"),
                         (["--name", "Bad_Name"], "job name 'Bad_Name'"),
                         (["--kind", "batch"], "--kind 'batch'")):
         result = invoke("manifest", *args)

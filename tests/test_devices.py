@@ -506,3 +506,20 @@ def test_query_ips_reads_an_ipv6_only_device_from_the_inet6_query(fp: Any) -> No
     devices, raw = query_ips([0], HCCN, 2.0, hccn_conf=None)
     assert devices == [Device(0, "2001:db8::10", "64", "hccn_tool")]
     assert "ipv6_address:2001:db8::10" in raw[0]
+
+
+@pytest.mark.parametrize("printed", ["", "Error: invalid device id 1 or command -ip"])
+def test_a_tool_that_fails_is_named_with_its_exit_status_not_as_a_missing_address(
+    fp: Any, printed: str
+) -> None:
+    """`--hccn-tool /bin/false`, a driver that is not mounted: the tool failed (issue 27);
+    the message names its exit status and the hint the tool, not `set an IP`."""
+    fp.register(ip_cmd(1), stdout=printed, returncode=255)
+    fp.register(ip6_cmd(1), stdout=printed, returncode=255)
+    devices, raw = query_ips([1], HCCN, 2.0, hccn_conf=None)
+    with pytest.raises(DeviceError) as err:
+        check_device_ips(devices, raw)
+    assert err.value.cause.startswith(
+        "device 1 has no RoCE IP: `hccn_tool -i 1 -ip -g` failed with exit 255 and printed "
+        + (f'"{printed}"' if printed else "nothing")), err.value.cause
+    assert "the tool failed" in err.value.hint and "set it with" not in err.value.hint

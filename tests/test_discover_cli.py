@@ -192,7 +192,7 @@ def error_text(cause: str, hint: str) -> str:
          "use 1-128 characters from [A-Za-z0-9_.-], starting with a letter or digit, "
          "without '..'"),
         ({"ASCEND_NODE_TOOL_TIMEOUT": "-3"}, [],
-         "ASCEND_NODE_TOOL_TIMEOUT='-3' is invalid: Input should be greater than 0",
+         "ASCEND_NODE_TOOL_TIMEOUT='-3' is invalid: -3 is not a finite number of seconds > 0",
          "fix or unset ASCEND_NODE_TOOL_TIMEOUT"),
         ({"ASCEND_VISIBLE_DEVICES": "npu0"}, [],
          "ASCEND_VISIBLE_DEVICES='npu0': 'npu0' is not a device id, range or AscendXXX-N name",

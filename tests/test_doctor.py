@@ -503,8 +503,9 @@ def test_mindie_startup_passes_what_boot_would_exec(tmp_path: Path) -> None:
     result = d.check_mindie_startup(m, {}, os.getuid())
     assert result.status == "ok", result.message
     assert "passes MindIE's start-up rules" in result.message
+    # Not a MindIE container: nothing judged is a skip, never an ok (doctor.md; issue 27).
     assert d.check_mindie_startup(d.read_mindie_state({"MIES_INSTALL_PATH": str(tmp_path)}),
-                                  {}, 0).status == "ok"  # not a MindIE container
+                                  {}, 0).status == "skip"
 
 
 def test_mindie_startup_sees_the_agents_environment(tmp_path: Path) -> None:

@@ -343,12 +343,12 @@ def test_namespace_only_when_given() -> None:
         ({"name": "1job"}, "'1job'"),
         ({"name": "job-"}, "'job-'"),
         ({"name": "a" * 60, "nodes": 2}, "'" + "a" * 60 + "-worker-0'"),
-        ({"nodes": 0}, "nodes 0"),
+        ({"nodes": 0}, "--nodes 0"),
         ({"nodes": True}, "nodes True"),
         ({"nodes": 61}, "nodes 61"),
-        ({"npus_per_node": 0}, "npus_per_node 0"),
-        ({"npus_per_node": 17}, "npus_per_node 17"),
-        ({"timeout": 0}, "timeout 0"),
+        ({"npus_per_node": 0}, "--npus-per-node 0"),
+        ({"npus_per_node": 17}, "--npus-per-node 17"),
+        ({"timeout": 0}, "--timeout 0"),
         ({"image": ""}, "image ''"),
         ({"image": "reg/img latest"}, "'reg/img latest'"),
         ({"pvc": "Model_PVC"}, "'Model_PVC'"),
@@ -487,7 +487,7 @@ def test_a3_variant_is_valid_and_asks_for_whole_super_pod_nodes(validator, nodes
 
 
 def test_a3_variant_refuses_a_partial_node() -> None:
-    with pytest.raises(UsageError, match=r"--a3 with npus_per_node=4"):
+    with pytest.raises(UsageError, match=r"--a3 with --npus-per-node 4"):
         params("mindie", 2, npus_per_node=4, a3=True)
 
 
@@ -520,7 +520,7 @@ def test_rendezvous_key_secret_is_mounted_as_a_file_never_an_env_value(validator
                          "readOnly": True}
         vol = next(v for v in spec["volumes"] if v["name"] == "rendezvous-key")
         assert vol["secret"]["secretName"] == "mindie-rendezvous-key"
-    with pytest.raises(UsageError, match="rendezvous_key_secret"):
+    with pytest.raises(UsageError, match="--rendezvous-key-secret"):
         params(rendezvous_key_secret="Not_A_Name")
     assert "rendezvous-key" not in json.dumps(render_job(params()))
 

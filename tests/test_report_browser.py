@@ -105,6 +105,6 @@ def test_a_large_job_page_names_the_failure_and_the_absent_nodes(tmp_path):
     page.write_text(render_html(tl), encoding="utf-8")
     dom = chromium(tmp_path, page, "--dump-dom").stdout
     assert dom.count('class="label"') == len(tl.rows) <= 40
-    assert ">11-12 &gt;12</text>" in dom and ">exit 4 31.0 s</text>" in dom
+    assert ">12-13 &gt;12</text>" in dom and ">exit 4 31.0 s</text>" in dom
     assert "never arrived (2): worker 7 (node 9), worker 48 (node 50)" in dom
-    assert "worker 10 (node 12) failed with exit 4: timed out after 60 s" in dom
+    assert "first failure: worker 10 (node 12) at 31.0 s, exit 4: timed out after 60 s" in dom

@@ -58,9 +58,14 @@ def test_a_node_that_never_came_is_listed_and_the_timeout_is_summarised(tmp_path
     assert [r.exit_code for r in results] == [4, 4]
     done = report(shared)
     assert done.returncode == 0, done.stderr
-    assert "never arrived (1): worker 1 (node 2)" in done.stdout
-    assert "master 0 (node 0) failed with exit 4: timed out after 4 s" in done.stdout
-    assert "exit 4" in done.stdout.splitlines()[2]
+    lines = done.stdout.splitlines()
+    assert lines[1] == "never arrived (1): worker 1 (node 2)"  # the cause leads
+    assert lines[2].startswith("first failure: ") and ", exit 4: timed out after 4 s" in lines[2]
+    assert any(ln.startswith("then node ") and ": exit 4: timed out after 4 s" in ln
+               for ln in lines)
+    row = next(ln for ln in lines if ln.startswith("0 m0"))
+    assert "exit 4" in row
+    assert next(ln for ln in lines if ln.startswith("2 w1")).endswith("never arrived")
 
 
 def test_a_volume_that_refuses_the_summaries_starts_the_job_all_the_same(tmp_path):

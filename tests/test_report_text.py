@@ -47,7 +47,7 @@ def test_a_large_job_is_grouped_and_names_the_late_start_the_failure_and_the_abs
     lines = text.splitlines()
     rows = [ln for ln in lines if ln[:1].isdigit()]
     assert len(rows) <= 40 and "2 nodes a row" in lines[0]
-    assert any(r.startswith("11-12 >12") and "exit 4" in r for r in rows)  # the failed one
+    assert any(r.startswith("12-13 >12") and "exit 4" in r for r in rows)  # the failed one
     assert "its agent started 30.0 s after the first node's" in text
     assert "never arrived (2): worker 7 (node 9), worker 48 (node 50)" in text
 

@@ -59,8 +59,11 @@ def test_simulate_prints_one_line_per_server_and_where_the_time_went(tmp_path):
 def test_simulate_table_out_into_a_missing_directory_is_one_line(tmp_path):
     done = simulate("--nodes", "1", "--devices", "1", "--shared-dir", str(tmp_path),
                     "--table-out", str(tmp_path / "nope" / "t.json"))
-    assert done.returncode == 1
-    assert f"error: cannot write --table-out {tmp_path / 'nope' / 't.json'}" in done.stderr
+    # Refused before any node runs (issue 27), naming the flag: a usage error.
+    assert done.returncode == 2
+    assert (f"error: --table-out {tmp_path / 'nope' / 't.json'}: directory "
+            f"{tmp_path / 'nope'} does not exist") in done.stderr
+    assert "simulate: starting" not in done.stderr
     assert "Traceback" not in done.stderr
 
 

@@ -78,14 +78,26 @@ def test_a_bad_device_lands_on_its_documented_exit(tmp_path, kind):
     assert CAUSES[kind] in doc["results"][1]["cause"]  # the peer names the same fault
 
 
-def test_net_fault_is_a_warning_in_the_log(tmp_path):
+def test_net_fault_is_a_warning_said_in_the_summary_not_only_in_a_removed_log(tmp_path):
     done = simulate(tmp_path, "--nodes", "2", "--devices", "2", "--bad-device", "1:0:net-fault",
-                    "--timeout", SAFETY_NET, "--keep")
+                    "--timeout", SAFETY_NET)
     assert done.returncode == 0, done.stdout + done.stderr
-    work = next(tmp_path.glob("ascend-node-sim-*"))
-    assert "workspace kept: " + str(work) in done.stdout
-    logs = "".join((work / f"node-{i}" / "stderr.txt").read_text() for i in (0, 1))
-    assert "net health Fault (not Success/Init) on worker 0 (node 1) device 0" in logs
+    assert not list(tmp_path.glob("ascend-node-sim-*"))  # the logs are gone, the words stay
+    lines = done.stdout.splitlines()
+    warned = [ln for ln in lines if ln.startswith("warning: ")]
+    assert len(warned) == 1, done.stdout
+    assert warned[0].startswith("warning: nodes 0, 1: pre-flight: net health Fault (not "
+                                "Success/Init) on worker 0 (node 1) device 0")
+    assert "2 nodes x 2 NPUs: 2 ok, 1 warning, identical tables on every node" in done.stdout
+
+
+def test_a_preflight_failure_is_not_told_as_identical_tables_alone(tmp_path):
+    done = simulate(tmp_path, "--nodes", "2", "--devices", "2", "--bad-device",
+                    "0:1:unreachable", "--boot", "--timeout", SAFETY_NET, "--no-keep")
+    assert done.returncode != 0, done.stdout + done.stderr
+    verdict = next(ln for ln in done.stdout.splitlines() if ln.startswith("2 nodes x 2 NPUs"))
+    assert "0 ok, 2 failed" in verdict
+    assert "identical tables on every node, but 2 failed after getting it" in verdict
 
 
 def test_absent_nodes_end_the_others_with_4_naming_them(tmp_path):
@@ -101,7 +113,7 @@ def test_absent_nodes_end_the_others_with_4_naming_them(tmp_path):
     assert len(failure) == 1, done.stdout
     assert "waiting for peers:" in failure[0] and "worker 1 (node 2)" in failure[0]
     assert f"  logs: {work}/node-{{0,1,3}}/stderr.txt" in lines
-    assert "4 nodes x 1 NPUs: 0 ok, 1 absent, 0/3 nodes hold the table" in done.stdout
+    assert "4 nodes x 1 NPUs: 0 ok, 3 failed, 1 absent, 0/3 nodes hold the table" in done.stdout
     assert f"workspace kept because a node failed (--no-keep removes it): {work}" in done.stdout
     err = done.stderr.splitlines()
     assert err[0] == f"simulate: starting 4 nodes x 1 NPUs (node 2 absent) in {work}"

@@ -53,6 +53,11 @@ runner = cli_runner()
      "--bad-device 1:0:no-ip: node 1 is --absent"),
     (["--bad-device", "0:0:no-ip", "--bad-device", "0:0:link-down"],
      "--bad-device 0:0:link-down: device 0 of node 0 is named twice"),
+    (["--shared-dir", "/not/there"], "--shared-dir /not/there does not exist or is not a "
+                                     "directory"),
+    (["--table-out", "/missing/t.json"], "--table-out /missing/t.json: directory /missing "
+                                         "does not exist"),
+    (["--table-out", "/"], "--table-out / is a directory"),
 ])
 def test_a_meaningless_combination_is_a_usage_error_naming_what_was_typed(args, cause):
     done = runner.invoke(app, ["simulate", *args], env={}, catch_exceptions=False)
@@ -183,7 +188,7 @@ def test_failures_show_cause_hint_and_log_grouped_root_cause_first(tmp_path):
         "nodes 0, 2: exit 5: worker 0 (node 1) failed: device 2 has no usable RoCE IP",
         "  hint: fix the cause, then restart the whole job",
         f"  logs: {tmp_path}/node-{{0,2}}/stderr.txt",
-        f"3 nodes x 8 NPUs: 0 ok, 0/3 nodes hold the table, 4.20 s wall; shared dir "
+        f"3 nodes x 8 NPUs: 0 ok, 3 failed, 0/3 nodes hold the table, 4.20 s wall; shared dir "
         f"{tmp_path}/shared",
     ]
     assert text.splitlines()[-1] == (
@@ -202,7 +207,7 @@ def test_an_absent_node_has_its_row_and_a_removed_workspace_names_no_log(tmp_pat
         "nodes 0, 1, 3: exit 4: timed out after 4 s waiting for peers: 1 of 4 missing: "
         "worker 1 (node 2)",
         "  hint: check that those pods are running",
-        "4 nodes x 2 NPUs: 0 ok, 1 absent, 0/3 nodes hold the table, 4.20 s wall",
+        "4 nodes x 2 NPUs: 0 ok, 3 failed, 1 absent, 0/3 nodes hold the table, 4.20 s wall",
     ]
     doc = report_json(rep)
     assert doc["absent"] == [2] and doc["workspace_kept"] is False and doc["shared_dir"] is None

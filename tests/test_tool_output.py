@@ -36,6 +36,6 @@ def test_absent_devices_are_named_with_the_tools_own_words_once(tmp_path: Path) 
     [result] = run([node])
     assert result.exit_code == 1, explain([result])
     line = next(x for x in result.stderr.splitlines() if x.startswith("ascend-node: error:"))
-    assert line == ("ascend-node: error: device 8 has no usable RoCE IP (no address): "
-                    '`hccn_tool -i 8 -ip -g` printed "Error: invalid device id 8 or command -ip"')
+    assert line == ("ascend-node: error: device 8 has no RoCE IP: `hccn_tool -i 8 -ip -g` "
+                    'failed with exit 255 and printed "Error: invalid device id 8 or command -ip"')
     assert "\\" not in result.stderr

@@ -16,6 +16,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import signal
 import sys
 import time
@@ -24,14 +25,48 @@ from contextlib import contextmanager
 from typing import Annotated, Any, Callable, Optional
 
 import typer
+import typer.core
 
 from ascend_node import __version__
-from ascend_node.errors import AscendNodeError, Terminated
+from ascend_node.errors import AscendNodeError, Interrupted, Terminated
 
 STARTED = time.monotonic()
 JSON_SCHEMA_VERSION = 1
 
+IN_THE_POD = "In the pod (the container's command, its probes)"
+FOR_THE_OPERATOR = "For the operator (against a running or finished job)"
+OFFLINE = "Offline (no job needed)"
+GROUPS = (IN_THE_POD, FOR_THE_OPERATOR, OFFLINE)
+"""`--help` lists the commands by who runs them, as docs/design.md does; each command names
+its group when it is registered (`@app.command(rich_help_panel=...)`, a field typer keeps
+without rich)."""
+
+
+class Commands(typer.core.TyperGroup):
+    """The root command: groups `--help` by who runs each command (plain text: rich costs
+    start-up, docs/benchmarks.md), never cuts a summary, and ends an option value refused
+    while parsing (`cli.options`) as every error ends: one line, a hint, its exit code."""
+
+    def format_commands(self, ctx: Any, formatter: Any) -> None:
+        listed = [(name, self.get_command(ctx, name)) for name in self.list_commands(ctx)]
+        shown = [(name, cmd) for name, cmd in listed if cmd is not None and not cmd.hidden]
+        for group in (*GROUPS, None):
+            rows = [(name, cmd.get_short_help_str(limit=500)) for name, cmd in shown
+                    if getattr(cmd, "rich_help_panel", None) == group
+                    or (group is None and getattr(cmd, "rich_help_panel", None) not in GROUPS)]
+            if rows:
+                with formatter.section(group or "Commands"):
+                    formatter.write_dl(rows)
+
+    def invoke(self, ctx: Any) -> Any:
+        try:
+            return super().invoke(ctx)
+        except AscendNodeError as exc:  # raised by an option type, before the command ran
+            raise typer.Exit(report_error(exc, debug_on(False))) from None
+
+
 app = typer.Typer(
+    cls=Commands,
     name="ascend-node",
     help="Bootstrap agent for multi-node Huawei Ascend NPU jobs: discovers NPUs, meets peers "
     "on a shared volume to build the HCCL rank table, and hands over to MindIE or a "
@@ -46,7 +81,8 @@ app = typer.Typer(
 
 def _print_version(value: bool) -> None:
     if value:
-        print(__version__)
+        with exit_codes(False):
+            out(__version__)
         raise typer.Exit()
 
 
@@ -64,6 +100,24 @@ def debug_on(flag: bool) -> bool:
     return flag or os.environ.get("ASCEND_NODE_DEBUG", "") in ("1", "true", "yes")
 
 
+MAX_VALUE = 200
+"""Characters of a quoted value in an error line: a value is named, not echoed whole (a
+5,000-character K8S_POD_IP would bury the cause and its hint). Tool output is quoted cut to
+200 already (`tools.shown_output`), so it passes whole."""
+MAX_LINE = 2000
+"""The last guard: no error line is longer, whatever it quotes."""
+_LONG_QUOTED = re.compile(r"(['\"])([^'\"\n]{" + str(MAX_VALUE + 1) + r",})\1")
+
+
+def clip_line(line: str) -> str:
+    """`ASCEND_NODE_TIMEOUT='9999...' (5,050 characters) is invalid: ...`"""
+    line = _LONG_QUOTED.sub(lambda m: f"{m[1]}{m[2][:MAX_VALUE]}...{m[1]} "
+                            f"({len(m[2]):,} characters)", line)
+    if len(line) <= MAX_LINE:
+        return line
+    return f"{line[:MAX_LINE]}... ({len(line) - MAX_LINE:,} more characters)"
+
+
 def report_error(exc: BaseException, debug: bool) -> int:
     if isinstance(exc, AscendNodeError):
         code = exc.exit_code
@@ -78,24 +132,38 @@ def report_error(exc: BaseException, debug: bool) -> int:
         import traceback
 
         traceback.print_exception(type(exc), exc, exc.__traceback__, file=sys.stderr)
-    sys.stderr.flush()
-    print(text, file=sys.stderr, flush=True)
+    text = "\n".join(clip_line(line) for line in text.split("\n"))
+    try:
+        sys.stderr.flush()
+        print(text, file=sys.stderr, flush=True)
+    except (OSError, ValueError):
+        pass  # stderr is gone too: the exit code is all that is left
     return code
 
 
 @contextmanager
 def exit_codes(debug: bool, on_failure: Optional[Callable[[BaseException, int], None]] = None
             ) -> Iterator[None]:
+    """Every way a command ends, as the contract says: its result flushed to stdout (a
+    reader that went away ends it quietly with 141, stdout that cannot take it is one
+    line and exit 1), every failure one line and its exit code, never a traceback."""
     try:
-        yield
+        try:
+            yield
+        except typer.Exit:
+            _flush_stdout()
+            raise
         _flush_stdout()
         _exit_if_abandoned(0)
     except typer.Exit:
-        _flush_stdout()
         raise
     except BrokenPipeError:
         _closed_stdout()
-    except Exception as exc:  # every failure ends as one line + exit code, never a traceback
+    except (Exception, KeyboardInterrupt) as exc:
+        if isinstance(exc, (KeyboardInterrupt, typer.Abort)):  # Ctrl-C, at a prompt too:
+            # recorded as SIGTERM is (status.json)
+            exc = Interrupted(f"interrupted by signal {signal.SIGINT.value} (SIGINT)",
+                              "stopped by hand; nothing was left half-written")
         code = report_error(exc, debug)
         if on_failure is not None:
             on_failure(exc, code)
@@ -117,6 +185,36 @@ def _exit_if_abandoned(code: int) -> None:
         os._exit(code)
 
 
+class OutputError(AscendNodeError):
+    """stdout cannot take the result: closed (`>&-`), a full disk (`> /dev/full`)."""
+
+
+def out(text: str = "", end: str = "\n") -> None:
+    """The one place a command writes its result to stdout; a failure to write is an
+    `OutputError` naming it (a closed pipe stays a BrokenPipeError: see exit_codes)."""
+    stream = sys.stdout
+    if stream is None:
+        raise _stdout_closed()
+    try:
+        stream.write(text + end)
+    except BrokenPipeError:
+        raise
+    except (OSError, ValueError) as exc:
+        raise _stdout_failed(exc) from None
+
+
+def _stdout_closed() -> OutputError:
+    return OutputError("cannot write the result: stdout is closed",
+                       "run it with stdout open; > /dev/null discards the result")
+
+
+def _stdout_failed(exc: BaseException) -> OutputError:
+    why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+    errno = f" (errno {exc.errno})" if isinstance(exc, OSError) and exc.errno else ""
+    return OutputError(f"cannot write the result to stdout: {why}{errno}",
+                       "send stdout where there is room, e.g. a file on another disk")
+
+
 CLOSED_PIPE_EXIT = 128 + signal.SIGPIPE
 """141: what a shell reports for `cat` when the reader of its output went away."""
 
@@ -129,22 +227,39 @@ def _closed_stdout() -> None:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         os.close(devnull)
-    except (OSError, ValueError):
+    except (OSError, ValueError, AttributeError):
         pass
     raise typer.Exit(CLOSED_PIPE_EXIT)
 
 
 def _flush_stdout() -> None:
-    """Flush while a closed pipe can still end the command quietly (at exit, Python
-    would report it as an exception it ignored)."""
+    """Flush while a failure can still end the command with one line (at exit, Python
+    would report it as an exception it ignored). A buffer that cannot be written is
+    dropped, so that the interpreter's own flush at exit does not fail again."""
+    stream = sys.stdout
+    if stream is None:
+        return  # nothing was written (out() refuses a closed stdout)
     try:
-        sys.stdout.flush()
+        stream.flush()
     except BrokenPipeError:
         _closed_stdout()
+    except (OSError, ValueError) as exc:
+        _discard_stdout()
+        raise _stdout_failed(exc) from None
+
+
+def _discard_stdout() -> None:
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        sys.stdout.flush()
+    except (OSError, ValueError, AttributeError):
+        pass
 
 
 def on_sigterm(signum: int, frame: Any) -> None:
-    raise Terminated(f"terminated by signal {signum} while waiting",
+    raise Terminated(f"terminated by signal {signum} ({signal.Signals(signum).name})",
                      "the pod is being stopped; nothing was left half-written")
 
 
@@ -166,4 +281,4 @@ def option_flags(values: dict[str, Any]) -> dict[str, Any]:
 
 
 def emit(doc: dict[str, Any]) -> None:
-    print(json.dumps({"schema_version": JSON_SCHEMA_VERSION, **doc}, indent=2))
+    out(json.dumps({"schema_version": JSON_SCHEMA_VERSION, **doc}, indent=2))

@@ -11,7 +11,16 @@ from typing import Annotated, Optional
 import typer
 
 from ascend_node import logs
-from ascend_node.cli.app import app, debug_on, emit, exit_codes, option_flags, settings_from
+from ascend_node.cli.app import (
+    FOR_THE_OPERATOR,
+    app,
+    debug_on,
+    emit,
+    exit_codes,
+    option_flags,
+    out,
+    settings_from,
+)
 from ascend_node.cli.options import (
     Debug,
     Devices,
@@ -25,15 +34,18 @@ from ascend_node.cli.options import (
     TableSource,
     TableVersion,
     Verbose,
+    attempt_id,
+    seconds,
 )
 
 
-@app.command()
+@app.command(rich_help_panel=FOR_THE_OPERATOR)
 def validate(
     file: Annotated[Path, typer.Argument(help="Rank table JSON file", metavar="FILE",
                                          show_default=False)],
     target: Annotated[str, typer.Option(
-        "--for", help="Rules to apply: mindie (HCCL + MindIE) or hccl")] = "mindie",
+        "--for", metavar="mindie|hccl", help="Rules to apply: mindie (HCCL + MindIE) or hccl")
+    ] = "mindie",
     owner_uid: Annotated[Optional[int], typer.Option(
         "--owner-uid", help="Also require this file owner (MindIE requires the server's uid)",
         show_default=False)] = None,
@@ -72,21 +84,22 @@ def validate(
                    "problems": [{"path": p.path, "message": p.message} for p in problems]})
         elif problems:
             for p in problems:
-                print(f"{file}: {p.path}: {p.message}")
+                out(f"{file}: {p.path}: {p.message}")
             print(f"{len(problems)} problem(s) for {target}", file=sys.stderr)
         else:
-            print(f"{file}: valid for {target}")
+            out(f"{file}: valid for {target}")
         if problems:
             raise typer.Exit(1)
 
 
-@app.command()
+@app.command(rich_help_panel=FOR_THE_OPERATOR)
 def doctor(
     peers: Annotated[bool, typer.Option("--peers", help="Also compare with the run's peers "
                                         "through the shared volume, and ping their devices")
                      ] = False,
     peer_wait: Annotated[float, typer.Option(
-        "--peer-wait", help="Seconds to wait for peers' facts")] = 10.0,
+        "--peer-wait", help="Seconds to wait for peers' facts", metavar="SECONDS",
+        parser=seconds("--peer-wait", example="10"))] = 10.0,
     shared_dir: SharedDir = None, run_id: RunId = None, state_dir: StateDir = None,
     devices: Devices = None, hccn_tool: HccnTool = None, table_version: TableVersion = None,
     table_source: TableSource = None, hccl_json: HcclJson = None,
@@ -106,15 +119,16 @@ def doctor(
         if json_out:
             emit(report.to_json())
         else:
-            print(report.format_text())
+            out(report.format_text())
         raise typer.Exit(report.exit_code)
 
 
-@app.command()
+@app.command(rich_help_panel=FOR_THE_OPERATOR)
 def report(
     shared_dir: SharedDir = None, run_id: RunId = None,
     attempt: Annotated[Optional[str], typer.Option(
-        "--attempt", help="Attempt to draw (default: the current one)", show_default=False)
+        "--attempt", help="Attempt to draw (default: the current one)", show_default=False,
+        parser=attempt_id, metavar="ATTEMPT_ID")
     ] = None,
     html: Annotated[Optional[Path], typer.Option(
         "--html", help="Also write the timeline as a self-contained HTML page to FILE",
@@ -134,10 +148,10 @@ def report(
         if json_out:
             emit(doc)
         else:
-            print(text)
+            out(text)
 
 
-@app.command()
+@app.command(rich_help_panel=FOR_THE_OPERATOR)
 def clean(
     shared_dir: SharedDir = None, run_id: RunId = None,
     yes: Annotated[bool, typer.Option(
@@ -166,4 +180,4 @@ def clean(
                 print("ascend-node: nothing removed", file=sys.stderr)
                 raise typer.Exit(1)
         for line in clean_run(shared, rid):
-            print(line)
+            out(line)

@@ -4,21 +4,21 @@ No `from __future__ import annotations` here (see `app`).
 """
 
 import json
-import sys
+import signal
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
 
 from ascend_node import __version__, logs
-from ascend_node.cli.app import app, debug_on, emit, exit_codes
+from ascend_node.cli.app import OFFLINE, app, debug_on, emit, exit_codes, on_sigterm, out
 from ascend_node.cli.options import (
     Debug,
     Json,
 )
 
 
-@app.command()
+@app.command(rich_help_panel=OFFLINE)
 def simulate(
     nodes: Annotated[int, typer.Option("--nodes", min=1, max=1024,
                                        help="Number of simulated pods")] = 2,
@@ -69,8 +69,9 @@ def simulate(
     """
     logs.setup(False, debug_on(debug))
     with exit_codes(debug_on(debug)):
+        signal.signal(signal.SIGTERM, on_sigterm)  # stop the nodes, remove the workspace
         from ascend_node.sim.cluster import write_table
-        from ascend_node.sim.options import build_spec
+        from ascend_node.sim.options import build_spec, check_paths
         from ascend_node.sim.session import simulate as run_simulation
         from ascend_node.sim.summary import format_report, report_json
 
@@ -78,6 +79,7 @@ def simulate(
                           masters=masters, timeout=timeout, tool_delay=tool_delay,
                           run_id=run_id, boot=boot_chain, absent=absent,
                           bad_devices=bad_device or [])
+        check_paths(shared_dir, table_out)
         drawn: tuple[Optional[dict[str, Any]], str] = (None, "")
 
         def draw(done: Any) -> None:  # before the workspace (and its volume) is removed
@@ -96,17 +98,19 @@ def simulate(
                 doc["timeline"] = drawn[0]
             emit(doc)
         else:
-            print(format_report(report, keep))
+            out(format_report(report, keep))
             if timeline:
-                print(drawn[1])
+                out(drawn[1])
         if not report.ok:
             raise typer.Exit(report.worst_exit)
 
 
-@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+             rich_help_panel=OFFLINE, options_metavar="[OPTIONS] [-- CMD [ARGS]...]")
 def manifest(
     ctx: typer.Context,
-    kind: Annotated[str, typer.Option("--kind", help="mindie or training")] = "mindie",
+    kind: Annotated[str, typer.Option("--kind", metavar="mindie|training",
+                                      help="mindie or training")] = "mindie",
     name: Annotated[str, typer.Option("--name", help="Volcano Job name")] = "mindie",
     nodes: Annotated[int, typer.Option("--nodes", help="Pods (one per server)")] = 2,
     image: Annotated[str, typer.Option("--image", help="Container image with ascend-node")
@@ -115,7 +119,8 @@ def manifest(
     run_id: Annotated[Optional[str], typer.Option(
         "--run-id", help="Run id (default: the job name)", show_default=False)] = None,
     npus_per_node: Annotated[Optional[int], typer.Option(
-        "--npus-per-node", help="NPUs per pod (8; 16 with --a3)", show_default=False)] = None,
+        "--npus-per-node", help="NPUs per pod, 1-16 (8; 16 with --a3)", show_default=False)
+    ] = None,
     a3: Annotated[bool, typer.Option(
         "--a3", help="Atlas 900 A3 SuperPoD: 16 NPUs per pod, super-pod node selector")
     ] = False,
@@ -128,7 +133,8 @@ def manifest(
         "--rdma-resource", help="e.g. rdma/hca (adds IPC_LOCK)", show_default=False)] = None,
     queue: Annotated[str, typer.Option("--queue", help="Volcano queue of the Job")
                      ] = "default",
-    timeout: Annotated[int, typer.Option("--timeout", help="Agent's peer timeout")] = 900,
+    timeout: Annotated[int, typer.Option(
+        "--timeout", help="Agent's peer timeout in seconds, 1-604800")] = 900,
     npu_resource: Annotated[str, typer.Option(
         "--npu-resource", help="Extended resource name of the NPUs")] = "huawei.com/Ascend910",
     no_driver_mounts: Annotated[bool, typer.Option(
@@ -171,7 +177,8 @@ def manifest(
         params = ManifestParams(
             kind=kind,  # type: ignore[arg-type]
             name=name, nodes=nodes, image=image, pvc=pvc, run_id=run_id or name,
-            npus_per_node=npus_per_node or (16 if a3 else 8), model_path=model_path,
+            npus_per_node=(16 if a3 else 8) if npus_per_node is None else npus_per_node,
+            model_path=model_path,
             namespace=namespace,
             rdma_resource=rdma_resource, queue=queue, timeout=timeout,
             command=list(ctx.args) or None, npu_resource=npu_resource,
@@ -185,17 +192,18 @@ def manifest(
             secret = render_key_secret(params, random_source.token_hex(32))
         if json_out:
             doc = render_job(params)
-            print(json.dumps(doc if secret is None else
+            out(json.dumps(doc if secret is None else
                              {"apiVersion": "v1", "kind": "List", "items": [secret, doc]},
                              indent=2))
         else:
             if secret is not None:
-                sys.stdout.write("# the job's rendezvous key (docs/rendezvous.md)\n"
-                                 + to_yaml(secret) + "---\n")
-            sys.stdout.write(render_yaml(params))
+                out("# the job's rendezvous key (docs/rendezvous.md)\n"
+                    + to_yaml(secret) + "---")
+            out(render_yaml(params), end="")
 
 
-@app.command()
+@app.command(rich_help_panel=OFFLINE)
 def version() -> None:
     """Print the agent's version."""
-    print(__version__)
+    with exit_codes(False):
+        out(__version__)

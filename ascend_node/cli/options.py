@@ -4,20 +4,56 @@ No `from __future__ import annotations` here (see `app`).
 """
 
 
+import re
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Callable, Optional
 
 import typer
+
+
+# The option types: each kind of value parsed (and refused) one way, whichever command
+# takes it. A refusal is the contract's usage error (exit 2, one line naming the flag and
+# the value, a hint); `cli.app.Commands` reports it.
+def seconds(flag: str, zero_ok: bool = False, example: str = "60") -> Callable[[Any], float]:
+    """A finite number of seconds > 0 (>= 0 with `zero_ok`): not `inf`, `nan` or `-1`."""
+    def parse(text: Any) -> float:
+        from ascend_node.errors import UsageError
+        from ascend_node.quantities import parse_seconds, seconds_rule
+
+        try:
+            return parse_seconds(str(text), zero_ok)
+        except ValueError:
+            raise UsageError(f"{flag} {text} is not {seconds_rule(zero_ok)}",
+                             f"e.g. {flag} {example}") from None
+    return parse
+
+
+_ATTEMPT = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,127}$")
+
+
+def attempt_id(text: Any) -> str:
+    """An attempt id as the rendezvous writes them (`1767225600-abcd1234`), or `none`: a
+    name inside the run's directory, never a path (`../../etc`)."""
+    from ascend_node.errors import UsageError
+
+    value = str(text)
+    if not _ATTEMPT.match(value) or ".." in value:
+        raise UsageError(f"--attempt {value!r} is not an attempt id",
+                         "attempt ids look like 1767225600-abcd1234 (or none); leave "
+                         "--attempt out for the current one")
+    return value
+
 
 SharedDir = Annotated[Optional[Path], typer.Option(
     "--shared-dir", help="Shared volume of the run (env ASCEND_NODE_SHARED_DIR, else $MODEL_PATH)",
     show_default=False)]
 RunId = Annotated[Optional[str], typer.Option(
-    "--run-id", help="Run id (env ASCEND_NODE_RUN_ID, else KUBEFLOW_RUN_ID, KFJ_RUN_ID)",
+    "--run-id", help="Run id shared by the job's pods (env ASCEND_NODE_RUN_ID, else "
+    "KUBEFLOW_RUN_ID, KFJ_RUN_ID, else the Volcano job name from VC_*_HOSTS)",
     show_default=False)]
 Timeout = Annotated[Optional[float], typer.Option(
     "--timeout", help="Seconds to wait for peers, from start (env ASCEND_NODE_TIMEOUT; 900)",
-    show_default=False)]
+    show_default=False, parser=seconds("--timeout", example="900"), metavar="SECONDS")]
 MasterFile = Annotated[Optional[Path], typer.Option(
     "--master-file", help="Where to write the master's IP for launchers and scripts "
     "(env ASCEND_NODE_MASTER_FILE; /master)", show_default=False)]
@@ -44,17 +80,20 @@ MasterPort = Annotated[Optional[int], typer.Option(
     "msrun 8118, torch 29500)",
     show_default=False)]
 TableVersion = Annotated[Optional[str], typer.Option(
-    "--table-version", help="auto | 1.0 | 1.2: rank-table format; auto = 1.2 when every node "
+    "--table-version", metavar="auto|1.0|1.2",
+    help="auto | 1.0 | 1.2: rank-table format; auto = 1.2 when every node "
     "reports an A3 super pod (env ASCEND_NODE_TABLE_VERSION; auto)", show_default=False)]
 TableSource = Annotated[Optional[str], typer.Option(
-    "--table-source", help="auto | volume | mindcluster: meet peers on the shared volume or "
+    "--table-source", metavar="auto|volume|mindcluster",
+    help="auto | volume | mindcluster: meet peers on the shared volume or "
     "take MindCluster's hccl.json; auto = the file when it exists (env "
     "ASCEND_NODE_TABLE_SOURCE; auto)", show_default=False)]
 HcclJson = Annotated[Optional[Path], typer.Option(
     "--hccl-json", help="MindCluster's rank table (env ASCEND_NODE_HCCL_JSON; "
     "/user/serverid/devindex/config/hccl.json)", show_default=False)]
 Preflight = Annotated[Optional[str], typer.Option(
-    "--preflight", help="strict | warn | off: device health at the rendezvous, pings before "
+    "--preflight", metavar="strict|warn|off",
+    help="strict | warn | off: device health at the rendezvous, pings before "
     "exec (env ASCEND_NODE_PREFLIGHT; strict, warn with a training launcher)",
     show_default=False)]
 RendezvousKeyFile = Annotated[Optional[Path], typer.Option(

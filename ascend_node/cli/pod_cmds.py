@@ -5,13 +5,13 @@ No `from __future__ import annotations` here (see `app`).
 
 import os
 import signal
-import sys
 from typing import Annotated, Any, Callable, Optional
 
 import typer
 
 from ascend_node import logs
 from ascend_node.cli.app import (
+    IN_THE_POD,
     STARTED,
     app,
     debug_on,
@@ -19,6 +19,7 @@ from ascend_node.cli.app import (
     exit_codes,
     on_sigterm,
     option_flags,
+    out,
     settings_from,
 )
 from ascend_node.cli.options import (
@@ -41,6 +42,7 @@ from ascend_node.cli.options import (
     Timeout,
     Verbose,
     WorldSizeFile,
+    seconds,
 )
 from ascend_node.errors import AscendNodeError
 
@@ -60,7 +62,7 @@ def _status_writer(settings_box: dict[str, Any], command: str
                 message=cause, run_id=settings.run_id))
     return write
 
-@app.command()
+@app.command(rich_help_panel=IN_THE_POD)
 def discover(
     devices: Devices = None, hccn_tool: HccnTool = None, table_version: TableVersion = None,
     table_source: TableSource = None, hccl_json: HcclJson = None, json_out: Json = False,
@@ -105,23 +107,23 @@ def discover(
         if json_out:
             emit(doc)
             return
-        print(f"node      {ident.name} of {ident.node_count}  "
+        out(f"node      {ident.name} of {ident.node_count}  "
               f"[{ident.sources['role']}, {ident.sources['task_index']}]")
-        print(f"pod IP    {ident.pod_ip}  [{ident.sources['pod_ip']}]")
-        print(f"host IP   {ident.host_ip}  [{ident.sources['host_ip']}]")
-        print(f"instance  {ident.incarnation}  [{ident.sources['incarnation']}]")
-        print(f"run id    {settings.run_id or '-'}  [{settings.sources.get('run_id')}]")
-        print(f"devices   {len(found.devices)}  [{found.device_source}; IPs from "
+        out(f"pod IP    {ident.pod_ip}  [{ident.sources['pod_ip']}]")
+        out(f"host IP   {ident.host_ip}  [{ident.sources['host_ip']}]")
+        out(f"instance  {ident.incarnation}  [{ident.sources['incarnation']}]")
+        out(f"run id    {settings.run_id or '-'}  [{settings.sources.get('run_id')}]")
+        out(f"devices   {len(found.devices)}  [{found.device_source}; IPs from "
               f"{found.hccn_tool}]")
         for d in found.devices:
             sdid = f"  SDID {pod.sdids.get(d.device_id)}" if pod else ""
-            print(f"  {d.device_id:>3}  {d.ip:<40} {d.netmask:<16} [{d.ip_source}]{sdid}")
-        print(f"super pod {pod.super_pod_id if pod else '-'}  [{found.super_pod_note}]")
-        print(f"table     from {source.source}  [{source.why}]; version "
+            out(f"  {d.device_id:>3}  {d.ip:<40} {d.netmask:<16} [{d.ip_source}]{sdid}")
+        out(f"super pod {pod.super_pod_id if pod else '-'}  [{found.super_pod_note}]")
+        out(f"table     from {source.source}  [{source.why}]; version "
               f"{settings.table_version} [{settings.sources.get('table_version')}]")
 
 
-@app.command()
+@app.command(rich_help_panel=IN_THE_POD)
 def ranktable(
     shared_dir: SharedDir = None, run_id: RunId = None, timeout: Timeout = None,
     master_file: MasterFile = None, world_size_file: WorldSizeFile = None,
@@ -158,10 +160,11 @@ def ranktable(
                    "shared_table": str(result.shared_table), "env": result.env,
                    "seconds": round(result.seconds, 3)})
         else:
-            print(result.env["RANK_TABLE_FILE"])
+            out(result.env["RANK_TABLE_FILE"])
 
 
-@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+             rich_help_panel=IN_THE_POD, options_metavar="[OPTIONS] [-- CMD [ARGS]...]")
 def boot(
     ctx: typer.Context,
     shared_dir: SharedDir = None, run_id: RunId = None, timeout: Timeout = None,
@@ -172,7 +175,8 @@ def boot(
     table_source: TableSource = None, hccl_json: HcclJson = None, preflight: Preflight = None,
     rendezvous_key_file: RendezvousKeyFile = None,
     launcher: Annotated[Optional[str], typer.Option(
-        "--launcher", help="mindie | msrun | ranktable-env | torch (env ASCEND_NODE_LAUNCHER; "
+        "--launcher", metavar="mindie|msrun|ranktable-env|torch",
+        help="mindie | msrun | ranktable-env | torch (env ASCEND_NODE_LAUNCHER; "
         "mindie)", show_default=False)] = None,
     https: Annotated[Optional[bool], typer.Option(
         "--https/--no-https", help="MindIE httpsEnabled (env ASCEND_NODE_HTTPS; keep the file's)",
@@ -208,9 +212,9 @@ def boot(
         run_boot(settings, os.environ, result, opts)
 
 
-@app.command("env")
+@app.command("env", rich_help_panel=IN_THE_POD)
 def env_cmd(
-    fmt: Annotated[str, typer.Option("--format", help="sh or json")] = "sh",
+    fmt: Annotated[str, typer.Option("--format", metavar="sh|json", help="sh or json")] = "sh",
     state_dir: StateDir = None, debug: Debug = False,
 ) -> None:
     """The environment of the last completed bootstrap in this container."""
@@ -229,14 +233,15 @@ def env_cmd(
         if fmt == "json":
             emit({"env": env})
         else:
-            sys.stdout.write(render_env_script(env))
+            out(render_env_script(env), end="")
 
 
-@app.command()
+@app.command(rich_help_panel=IN_THE_POD)
 def status(
     wait: Annotated[bool, typer.Option("--wait", help="Block until done or failed")] = False,
     wait_timeout: Annotated[float, typer.Option(
-        "--wait-timeout", help="Seconds --wait may block")] = 900.0,
+        "--wait-timeout", help="Seconds --wait may block", metavar="SECONDS",
+        parser=seconds("--wait-timeout", example="900"))] = 900.0,
     serving: Annotated[bool, typer.Option(
         "--serving", help="After boot exec'd MindIE, ask MindIE's /v2/health/ready: 0 "
         "serving, 3 loading or busy, 1 abnormal or unreachable (before exec: as status)")] = False,
@@ -244,7 +249,8 @@ def status(
         "--live", help="With --serving: ask /v2/health/live instead (200 also when busy)")
     ] = False,
     serving_timeout: Annotated[float, typer.Option(
-        "--serving-timeout", help="Seconds to wait for MindIE's answer")] = 3.0,
+        "--serving-timeout", help="Seconds to wait for MindIE's answer", metavar="SECONDS",
+        parser=seconds("--serving-timeout", example="3"))] = 3.0,
     state_dir: StateDir = None, json_out: Json = False, debug: Debug = False,
 ) -> None:
     """This container's bootstrap state: exit 0 done, 1 failed, 3 in progress (for probes)."""
@@ -269,5 +275,5 @@ def status(
         if json_out:
             emit(view.to_json())
         else:
-            print(view.text())
+            out(view.text())
         raise typer.Exit(view.exit_code)

@@ -208,6 +208,20 @@ def parse_tls_switch(text: str) -> Optional[int]:
     return int(m.group(1)) if m else None
 
 
+EXIT_MARK = "[hccn_tool exit "
+"""How `query_ips` notes, in the text a query printed, that the tool itself failed."""
+
+
+def tool_exit(text: str) -> tuple[str, Optional[int]]:
+    """(what the tool printed, its failing exit status or None) from `query_ips`'s text."""
+    lines = text.splitlines()
+    kept = [ln for ln in lines if not (ln.startswith(EXIT_MARK) and ln.endswith("]"))]
+    codes = [ln[len(EXIT_MARK):-1] for ln in lines
+             if ln.startswith(EXIT_MARK) and ln.endswith("]")]
+    status = int(codes[0]) if codes and codes[0].lstrip("-").isdigit() else None
+    return "\n".join(kept), status
+
+
 def check_device_ips(devices: Sequence[Device], raw: Mapping[int, str]) -> None:
     """Reject what HCCL or MindIE would reject later, naming the device (step 2 of the
     chain in docs/design.md).
@@ -218,8 +232,16 @@ def check_device_ips(devices: Sequence[Device], raw: Mapping[int, str]) -> None:
     """
     seen: dict[IPAddress, Device] = {}
     for dev in devices:
-        printed = shown_output(raw.get(dev.device_id, ""))
+        text, exit_status = tool_exit(raw.get(dev.device_id, ""))
+        printed = shown_output(text)
         reason = unusable_reason(dev.ip) if dev.ip != "-1" else "failed-query sentinel"
+        if reason is not None and exit_status is not None and not dev.ip:
+            raise DeviceError(
+                f"device {dev.device_id} has no RoCE IP: `hccn_tool -i {dev.device_id} -ip -g` "
+                f"failed with exit {exit_status} and printed {printed}",
+                "the tool failed, not the address: run that command in the container and "
+                "check the driver mounts (/usr/local/Ascend/driver) and --hccn-tool",
+            )
         if reason is not None:
             value = f" {dev.ip!r} from {dev.ip_source}" if dev.ip else ""
             # The set command is the one Ascend's multi-node guides give for "配置device IP"
@@ -336,6 +358,10 @@ def query_ips(
             return dev_id, "", "", "", exc
         ip, mask = parse_hccn_ip(res.stdout)
         printed = res.stdout + res.stderr
+        if not ip and res.returncode != 0:
+            # The tool failed, which is not the same as a device without an address: the
+            # message must name the exit status, and the hint the tool (check_device_ips).
+            printed += f"\n{EXIT_MARK}{res.returncode}]\n"
         if not ip:
             # An IPv6-only RoCE port answers only the -inet6 query.
             try:

@@ -150,7 +150,7 @@ def check_mindie_startup(m: MindieState, server_env: Mapping[str, str],
 
     cid = "mindie.startup"
     if m.config is None:
-        return ok(cid, "no MindIE config")
+        return skip(cid, "no MindIE config")
     facts = facts_from_env(server_env, owner_uid)
     problems = startup_problems(m.config, facts, DiskView())
     findings = [Finding("fail", p.cause, p.remedy) for p in problems]

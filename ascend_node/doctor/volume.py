@@ -155,7 +155,7 @@ def check_poll_cost(node_count: Optional[int], poll_interval: float) -> CheckRes
     and its measured per-poll costs, `rendezvous/cadence.py`): RPCs a second while pods
     wait (calm, and in their first seconds) and RPCs to complete."""
     if node_count is None:
-        return ok("volume.cost", "the job's size is unknown (no identity): no estimate")
+        return skip("volume.cost", "the job's size is unknown (no identity): no estimate")
     calm = cadence.job_rpcs_per_second(node_count, poll_interval)
     fast = cadence.job_rpcs_per_second(node_count, poll_interval, calm=False)
     done = cadence.COMPLETE_RPCS_PER_NODE * node_count
@@ -166,13 +166,14 @@ def check_poll_cost(node_count: Optional[int], poll_interval: float) -> CheckRes
              f"from its start: at N >= {cadence.GLANCE_FROM_START_AT} a follower glances "
              f"at once, at most {cadence.peak_follower_rpcs(poll_interval, node_count):.1f}"
              f" RPC/s in any {cadence.LOOK_EVERY:g} s")
-    text = (f"at N = {node_count} and --poll-interval {poll_interval:g} s the rendezvous asks "
+    text = (f"at N = {node_count} and a poll interval of {poll_interval:g} s "
+            "(ASCEND_NODE_POLL_INTERVAL) the rendezvous asks "
             f"an NFS server for ~{calm:,.0f} RPC/s while its pods wait "
             f"(~{cadence.follower_rpcs_per_second(poll_interval, True):.1f} per waiting pod "
             f"once calm, {first}) and ~{done:,.0f} RPCs to complete")
     if calm > COST_WARN:
         return CheckResult("volume.cost", "warn", text,
-                           "a raised --poll-interval (over 0.5 s) spaces every waiting "
+                           "a raised ASCEND_NODE_POLL_INTERVAL (over 0.5 s) spaces every waiting "
                            "pod's glances; or give the rendezvous a volume of its own")
     return ok("volume.cost", text)
 

@@ -116,11 +116,12 @@ def write_table_outputs(
     _write(local, table_text.encode(), 0o640, owner)
     env = table_env(local, table, container_ip)
     for path, value in ((master_file, env["MASTER_IP"]), (world_size_file, env["WORLD_SIZE"])):
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise ConfigError(f"cannot create {path.parent}: {exc.strerror or exc}",
-                              "set --master-file / --world-size-file to writable paths") from exc
+        # The file goes into a directory that exists (a mount, the image's /): a mistyped
+        # path is named, never created anywhere as root (issue 27).
+        if not path.parent.is_dir():
+            raise ConfigError(f"cannot write {path}: directory {path.parent} does not exist",
+                              "set --master-file / --world-size-file to a path in an "
+                              "existing directory")
         _write(path, (value + "\n").encode(), 0o644, None)
     write_env(state_dir, env, owner)
     return env

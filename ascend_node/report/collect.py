@@ -62,6 +62,7 @@ class Collected:
     slot_published: dict[int, float] = field(default_factory=dict)  # slot mtimes
     decided: Optional[float] = None  # outcome.json's mtime: the table (or abort) was written
     opened: Optional[float] = None  # attempt.json's mtime, when it names this attempt
+    decision: Optional[str] = None  # what outcome.json says: "table" or "abort"
 
 
 def validate_summary(raw: bytes, run_id: str, attempt: str, index: int) -> NodeSummary:
@@ -172,7 +173,7 @@ def collect(shared_dir: Path, run_id: str, attempt: Optional[str] = None) -> Col
         ignored.append(Ignored(str(directory), "summaries disagree on the node count "
                                f"({', '.join(map(str, counts))}); drawing {node_count}"))
     slot_published: dict[int, float] = {}
-    decided = None
+    decided, decision = None, None
     if chosen is not None:
         have = {s.global_index for s in summaries}
         for index in range(min(node_count, 65536)):
@@ -182,7 +183,23 @@ def collect(shared_dir: Path, run_id: str, attempt: Optional[str] = None) -> Col
                     slot_published[index] = stamp / 1e9
         outcome = file_mtime_ns(paths.outcome(chosen))
         decided = outcome / 1e9 if outcome else None
+        decision = outcome_result(paths.outcome(chosen)) if outcome else None
     stamp = file_mtime_ns(paths.attempt_file) if chosen is not None and chosen == current \
         else None
     return Collected(run_id, chosen, directory, tuple(summaries), tuple(ignored),
-                     node_count, slot_published, decided, stamp / 1e9 if stamp else None)
+                     node_count, slot_published, decided,
+                     stamp / 1e9 if stamp else None, decision)
+
+
+def outcome_result(path: Path) -> Optional[str]:
+    """`table` or `abort`, as outcome.json says, for the report's words only (a signed
+    document is read without its key: the report never acts on it); None when unreadable."""
+    raw = read_bytes_nofollow(path)
+    if not isinstance(raw, bytes):
+        return None
+    try:
+        doc = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        return None
+    result = doc.get("result") if isinstance(doc, dict) else None
+    return result if result in ("table", "abort") else None

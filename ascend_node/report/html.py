@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from html import escape
 
-from ascend_node.report.text import nice_step, tick_label
+from ascend_node.report.text import label_key, nice_step, tick_label
 from ascend_node.report.timeline import STYLE, STYLES, Timeline, fmt_s
 
 WIDTH = 1000  # page width in CSS pixels
@@ -89,8 +89,9 @@ def render_html(tl: Timeline, width: int = WIDTH) -> str:
         x = round(lay.x_of(tl.decided, tl.span), 2)
         svg.append(f'<line class="table-mark" x1="{x}" y1="{axis_y + 4}" x2="{x}" '
                    f'y2="{lay.height - 4}" stroke="#444" stroke-dasharray="3,3">'
-                   f'<title>table written at {escape(fmt_s(tl.decided))}</title></line>')
-        svg.append(f'<text x="{x + 2}" y="{TOP - 20}" fill="#444">table</text>')
+                   f'<title>{tl.decision_word} written at {escape(fmt_s(tl.decided))}'
+                   '</title></line>')
+        svg.append(f'<text x="{x + 2}" y="{TOP - 20}" fill="#444">{tl.decision_word}</text>')
     for i, row in enumerate(tl.rows):
         y = TOP + i * ROW_H + ROW_H / 2 + 4
         svg.append(f'<text class="label" x="8" y="{y}">{escape(row.label)}</text>')
@@ -107,10 +108,9 @@ def render_html(tl: Timeline, width: int = WIDTH) -> str:
     legend = "".join(
         f'<span class="key"><i style="background:{s.colour}"></i>{escape(s.label)}</span>'
         for s in STYLES if s.name in used)
-    words = "".join(f"<p>{escape(w)}</p>" for w in tl.words)
-    if tl.missing:
-        words += (f'<p class="missing">never arrived ({len(tl.missing)}): '
-                  f"{escape(', '.join(tl.missing))}</p>")
+    legend += f'<span class="key">{escape(label_key(tl))}</span>'
+    words = "".join(f'<p class="cause">{escape(w)}</p>' for w in tl.cause)
+    words += "".join(f"<p>{escape(w)}</p>" for w in tl.words)
     words += "".join(f'<p class="ignored">ignored: {escape(w)}</p>' for w in tl.ignored)
     return (
         "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
@@ -120,7 +120,7 @@ def render_html(tl: Timeline, width: int = WIDTH) -> str:
         "svg{display:block}.bar:hover{stroke:#000;stroke-width:1}"
         "#legend,#words{margin:4px 8px}.key{margin-right:14px;white-space:nowrap}"
         ".key i{display:inline-block;width:12px;height:12px;margin-right:4px;"
-        "vertical-align:-2px}.missing,.ignored{color:#a00}p{margin:3px 0}"
+        "vertical-align:-2px}.cause,.ignored{color:#a00}p{margin:3px 0}"
         "</style></head><body>\n"
         + "\n".join(svg)
         + f'\n<div id="legend">{legend}</div>\n<div id="words">{words}</div>\n'

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from typing import Optional
 
-from ascend_node.report.timeline import STYLE, STYLES, Row, Timeline, fmt_s
+from ascend_node.report.timeline import LABEL_KEY, STYLE, STYLES, Row, Timeline, fmt_s
 
 WIDTH = 60  # time cells
 
@@ -66,7 +66,7 @@ def _cell(t: float, span: float, width: int) -> int:
 def render_text(tl: Timeline, width: int = WIDTH, label_width: Optional[int] = None) -> str:
     labels = [r.label for r in tl.rows]
     lw = label_width or max([len("node"), *(len(x) for x in labels)]) + 1
-    lines = [_headline(tl)]
+    lines = [_headline(tl), *tl.cause]
     step = nice_step(tl.span, width)
     axis = [" "] * (width + 12)
     k = 0
@@ -89,16 +89,22 @@ def render_text(tl: Timeline, width: int = WIDTH, label_width: Optional[int] = N
                if g in drawn]
     if legend:
         lines.append("  ".join(legend))
+    lines.append(label_key(tl))
     lines.extend(tl.words)
-    if tl.missing:
-        lines.append(f"never arrived ({len(tl.missing)}): {', '.join(tl.missing)}")
     for why in tl.ignored:
         lines.append(f"ignored: {why}")
     return "\n".join(lines)
 
 
+def label_key(tl: Timeline) -> str:
+    """What a row's label means (text and HTML say it alike)."""
+    grouped = (f"; `a-b >c`: nodes a to b, drawn as node c ({tl.grouped} a row)"
+               if tl.grouped > 1 else "")
+    return LABEL_KEY + grouped
+
+
 def _headline(tl: Timeline) -> str:
-    arrived = sum(len(r.members) for r in tl.rows)
+    arrived = tl.node_count - len(tl.missing)
     group = f"; {tl.grouped} nodes a row, drawn as the slowest" if tl.grouped > 1 else ""
     return (f"run {tl.run_id}, attempt {tl.attempt_id or 'none'}: {arrived} of "
             f"{tl.node_count} nodes left a trace, {fmt_s(tl.span)} from the first start"

@@ -15,6 +15,7 @@ from typing import Callable, Optional
 
 from ascend_node.discover.identity import node_name
 from ascend_node.report.collect import Collected
+from ascend_node.report.failures import group_failures
 from ascend_node.report.summary import NodeSummary
 
 MAX_ROWS = 40  # more nodes than this are drawn in groups (the slowest of each)
@@ -43,7 +44,8 @@ STYLES = (
     PhaseStyle("install", "I", "#2ca02c", "install"),
     PhaseStyle("set_env", "E", "#17becf", "set_env"),
     PhaseStyle("config", "C", "#bcbd22", "config"),
-    PhaseStyle("exec", "X", "#d62728", "exec"),
+    # Not red: red is for failures (the `!` of the text, the outcome of a failed row).
+    PhaseStyle("exec", "X", "#006d2c", "exec"),
 )
 STYLE = {s.name: s for s in STYLES}
 
@@ -67,7 +69,7 @@ class Row:
     bars: tuple[Bar, ...]
     published: Optional[float]
     end: Optional[float]  # exec, failure or the summary's last moment
-    outcome: str  # "exec", "table", "exit 4", "no summary"
+    outcome: str  # "exec", "table", "exit 4", "no summary", "never arrived"
     members: tuple[int, ...] = ()
 
 
@@ -80,10 +82,17 @@ class Timeline:
     span: float  # seconds the axis covers
     rows: tuple[Row, ...]
     grouped: int  # nodes per row (1: one row per node)
-    words: tuple[str, ...]  # the last arrival, the critical path, failures
+    words: tuple[str, ...]  # the decision, the last arrival, the critical path, the rest
     missing: tuple[str, ...]  # nodes that never arrived, by name
     ignored: tuple[str, ...]
     decided: Optional[float] = None  # seconds: the table (or abort) was written
+    decision: Optional[str] = None  # "table" or "abort" (None: nothing was decided)
+    cause: tuple[str, ...] = ()  # first: the first failure in time, who never came
+
+    @property
+    def decision_word(self) -> str:
+        """What the dashed mark at `decided` stands for."""
+        return self.decision or "decision"
 
 
 def fmt_s(seconds: float) -> str:
@@ -101,6 +110,15 @@ def short_name(index: int, name: str) -> str:
     if len(parts) >= 2 and parts[0] in ("master", "worker") and parts[1].isdigit():
         return f"{parts[0][0]}{parts[1]}"
     return f"n{index}"
+
+
+def node_label(index: int, name: Optional[str]) -> str:
+    """The one way a row names its node: `37 w36` (global index, then role and index
+    in the role: LABEL_KEY says so under the picture); `9 ?` when the role is unknown."""
+    return f"{index} {short_name(index, name) if name else '?'}"
+
+
+LABEL_KEY = "rows: node index, then m<k> = master k, w<k> = worker k"
 
 
 def _top(summary: NodeSummary, name: str) -> list[tuple[float, float]]:
@@ -157,35 +175,71 @@ def _end_of(s: NodeSummary) -> tuple[float, str]:
 
 def build_timeline(got: Collected) -> Timeline:
     by_index = {s.global_index: s for s in got.summaries}
-    firsts = [s.first for s in got.summaries] + list(got.slot_published.values())
-    t0 = min(firsts) if firsts else 0.0
-    ends = [s.last for s in got.summaries] + list(got.slot_published.values())
+    published = {i: s.published for i, s in by_index.items() if s.published}
+    published.update(got.slot_published)
+    # Every moment drawn or named is on the axis: a table (or a slot) left by an earlier
+    # start of the same attempt comes before these nodes' starts, never at a negative time.
+    moments = [s.first for s in got.summaries] + list(published.values())
+    if got.decided:
+        moments.append(got.decided)
+    t0 = min(moments) if moments else 0.0
+    ends = [s.last for s in got.summaries] + list(published.values())
     if got.decided:
         ends.append(got.decided)
     span = max(1e-3, (max(ends) if ends else t0) - t0)
-    published = {i: s.published for i, s in by_index.items() if s.published}
-    published.update(got.slot_published)
+    master_count = _master_count(got.summaries)
+
+    def name_of(i: int) -> Optional[str]:
+        return node_name(i, master_count) if master_count is not None else None
+
+    missing_ids = [i for i in range(got.node_count)
+                   if i not in by_index and i not in got.slot_published]
     singles: list[Row] = []
-    for index in sorted(set(by_index) | set(got.slot_published)):
+    for index in sorted(set(by_index) | set(got.slot_published) | set(missing_ids)):
         s = by_index.get(index)
         pub = published.get(index)
         if s is None:
-            singles.append(Row(index, f"{index} ?", (), pub - t0 if pub else None,
-                               pub - t0 if pub else None, "no summary", (index,)))
+            known = index not in got.slot_published
+            singles.append(Row(index, node_label(index, name_of(index)), (),
+                               pub - t0 if pub else None, pub - t0 if pub else None,
+                               "never arrived" if known else "no summary", (index,)))
             continue
         end, outcome = _end_of(s)
-        singles.append(Row(index, f"{index} {short_name(index, s.name)}",
+        singles.append(Row(index, node_label(index, s.name),
                            tuple(node_bars(s, t0)), pub - t0 if pub else None, end - t0,
                            outcome, (index,)))
     rows, per_row = group_rows(singles, MAX_ROWS)
-    master_count = _master_count(got.summaries)
-    missing = tuple(node_name(i, master_count) if master_count is not None else f"node {i}"
-                    for i in range(got.node_count)
-                    if i not in by_index and i not in got.slot_published)
-    words = explain(got.summaries, published, t0, got.decided, singles, got.opened)
+    missing = tuple(name_of(i) or f"node {i}" for i in missing_ids)
+    words = explain(got.summaries, published, t0, got.decided, singles, got.opened,
+                    got.decision)
     return Timeline(got.run_id, got.attempt_id, got.node_count, t0, span, tuple(rows),
                     per_row, tuple(words), missing, tuple(i.line() for i in got.ignored),
-                    got.decided - t0 if got.decided else None)
+                    got.decided - t0 if got.decided else None, got.decision,
+                    tuple(cause_lines(got.summaries, missing, t0)))
+
+
+def _failed(summaries: tuple[NodeSummary, ...]) -> list[NodeSummary]:
+    """The failed nodes, first in time first (the moment each wrote its failure)."""
+    return sorted((s for s in summaries if s.state == "failed"),
+                  key=lambda s: (s.written, s.exit_code or 1, s.global_index))
+
+
+def cause_lines(summaries: tuple[NodeSummary, ...], missing: tuple[str, ...], t0: float
+                ) -> list[str]:
+    """What the report leads with: the first failure in time and who never came; a
+    time-out (exit 4) comes after the nodes it waited for."""
+    lines: list[str] = []
+    failed = _failed(summaries)
+    if failed:
+        s = failed[0]
+        lines.append(f"first failure: {s.name} at {fmt_s(s.written - t0)}, exit "
+                     f"{s.exit_code if s.exit_code is not None else 1}: "
+                     f"{s.cause or 'no cause'}")
+    if missing:
+        absent = f"never arrived ({len(missing)}): {', '.join(missing)}"
+        timed_out = bool(failed) and failed[0].exit_code == 4
+        lines.insert(0 if timed_out else len(lines), absent)
+    return lines
 
 
 def _master_count(summaries: tuple[NodeSummary, ...]) -> Optional[int]:
@@ -223,10 +277,28 @@ def group_rows(rows: list[Row], limit: int) -> tuple[list[Row], int]:
 _BEFORE_PUBLISH = ("container", "startup", "discovery", "mindcluster", "rendezvous")
 
 
+def decision_line(decision: Optional[str], decided: Optional[float], t0: float,
+                  last_published: Optional[float]) -> str:
+    """`table: written 0.15 s after the last arrival, at 7.51 s`, `abort: ...` (no table),
+    or `nothing decided: ...`: the words say what outcome.json holds."""
+    if decided is None:
+        return "nothing decided: no table and no abort on the volume for this attempt"
+    word = decision or "decision"
+    what = " (no table)" if decision == "abort" else ""
+    if last_published is None:
+        return f"{word}: written at {fmt_s(decided - t0)}{what}"
+    if decided >= last_published:
+        return (f"{word}: written {fmt_s(decided - last_published)} after the last arrival, "
+                f"at {fmt_s(decided - t0)}{what}")
+    return (f"{word}: written at {fmt_s(decided - t0)}, before the last arrival published "
+            f"(at {fmt_s(last_published - t0)}){what}")
+
+
 def explain(summaries: tuple[NodeSummary, ...], published: dict[int, float], t0: float,
-            decided: Optional[float], rows: list[Row], opened: Optional[float] = None
-            ) -> list[str]:
-    """The last arrival and why, the table, the slowest hand-over, and failures."""
+            decided: Optional[float], rows: list[Row], opened: Optional[float] = None,
+            decision: Optional[str] = None) -> list[str]:
+    """The decision, the last arrival and why, the slowest hand-over, the critical path,
+    then every failure but the first, grouped (`cause_lines` leads with the first)."""
     words: list[str] = []
     by_index = {s.global_index: s for s in summaries}
 
@@ -245,9 +317,9 @@ def explain(summaries: tuple[NodeSummary, ...], published: dict[int, float], t0:
                     f"{name(ref)}")
         reason = why_late(by_index.get(last), summaries, t0, opened, by_index.get(0))
         words.append(head + (f": {reason}" if reason else ""))
-        if decided is not None and decided >= published[last]:
-            words.append(f"table: written {fmt_s(decided - published[last])} after the last "
-                         f"arrival, at {fmt_s(decided - t0)}")
+        words.append(decision_line(decision, decided, t0, published[last]))
+    elif decided is not None:
+        words.append(decision_line(decision, decided, t0, None))
     handed = [r for r in rows if r.outcome == "exec" and r.end is not None]
     if handed:
         slow = max(handed, key=lambda r: r.end or 0.0)
@@ -261,12 +333,13 @@ def explain(summaries: tuple[NodeSummary, ...], published: dict[int, float], t0:
                 after = f" ({STYLE[big.phase].label} {fmt_s(big.seconds)})"
         words.append(f"last hand-over: {name(slow.index)} exec at {fmt_s(slow.end or 0.0)}"
                      f"{after}")
-    path = critical_path(rows, published, t0, decided, name)
+    path = critical_path(rows, published, t0, decided, name, decision)
     if path:
         words.append(path)
-    for s in summaries:
-        if s.state == "failed":
-            words.append(f"{s.name} failed with exit {s.exit_code}: {s.cause or 'no cause'}")
+    rest = _failed(summaries)[1:]
+    for group in group_failures((s.global_index, s.exit_code if s.exit_code is not None
+                                 else 1, s.cause, "") for s in rest):
+        words.append(f"then {group.line()}")
     return words
 
 
@@ -274,7 +347,8 @@ _AFTER_TABLE = ("outputs", "preflight", "install", "set_env", "config")
 
 
 def critical_path(rows: list[Row], published: dict[int, float], t0: float,
-                  decided: Optional[float], name: Callable[[int], str]) -> str:
+                  decided: Optional[float], name: Callable[[int], str],
+                  decision: Optional[str] = None) -> str:
     """The chain the job's start waited on: the last arrival's phases up to publishing,
     the table, then the last hand-over's phases up to exec. Only phases that take at
     least 5 % of the whole (or the largest of each side) are named."""
@@ -297,7 +371,7 @@ def critical_path(rows: list[Row], published: dict[int, float], t0: float,
              + (f": {named(before)}" if before else ""),
              f"published at {fmt_s(published[last.index] - t0)}"]
     if decided is not None:
-        parts.append(f"table at {fmt_s(decided - t0)}")
+        parts.append(f"{decision or 'decision'} at {fmt_s(decided - t0)}")
     handed = [r for r in rows if r.outcome == "exec" and r.end is not None and r.bars]
     if handed:
         slow = max(handed, key=lambda r: r.end or 0.0)

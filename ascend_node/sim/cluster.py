@@ -9,10 +9,12 @@ nothing connects to.
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import json
 import os
 import random
+import signal
 import socket
 import subprocess
 import sys
@@ -139,6 +141,18 @@ class NodeResult:
                 hint = following[len(HINT_PREFIX):] if following.startswith(HINT_PREFIX) else ""
                 return lines[at][len(ERROR_PREFIX):], hint
         return "", ""
+
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        """What the node warned about (`HH:MM:SS [who] warning: <text>`, logs.py), each
+        once: a pre-flight warning does not stop a start, and must not hide in a log
+        that is removed with the workspace."""
+        seen: dict[str, None] = {}
+        for line in self.stderr.splitlines():
+            head, sep, text = line.partition("] warning: ")
+            if sep and head[:1].isdigit() and "[" in head:
+                seen.setdefault(text.strip(), None)
+        return tuple(seen)
 
     def local_table(self) -> Optional[bytes]:
         """This node's ranktable.json: as read when it ended, else read now."""
@@ -297,7 +311,7 @@ def launch(nodes: Sequence[SimNode], timeout: float, on_tick: Optional[Tick] = N
                 killed = ""
                 limit = max(timeout, _own_timeout(run.node))
                 if code is None and time.monotonic() > run.started + limit + grace:
-                    run.proc.kill()
+                    _signal_group(run.proc, signal.SIGKILL)
                     code = run.proc.wait()
                     killed = (f"ascend-node simulate: killed: still running "
                               f"{limit + grace:g} s after it started (its --timeout is "
@@ -314,12 +328,34 @@ def launch(nodes: Sequence[SimNode], timeout: float, on_tick: Optional[Tick] = N
                     nap = min(nap, max(0.0, t0 + pending[0].start_delay - time.monotonic()))
                 time.sleep(nap)
     finally:
-        for run in running.values():
-            run.proc.kill()
-            run.proc.wait()
-            run.out.close()
-            run.err.close()
+        stop_all(list(running.values()))
     return [ended[n.index] for n in nodes]
+
+
+STOP_GRACE = 5.0
+"""Seconds the nodes get to end on SIGTERM (each records its interrupted start, as a pod
+does) before their process groups are killed."""
+
+
+def stop_all(runs: Sequence[_Running], grace: float = STOP_GRACE) -> None:
+    """End every node still running and whatever it started (its process group: a fake
+    hccn_tool, a fake MindIE daemon): SIGTERM, then SIGKILL after `grace` s."""
+    for run in runs:
+        _signal_group(run.proc, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    for run in runs:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            run.proc.wait(max(0.0, deadline - time.monotonic()))
+        _signal_group(run.proc, signal.SIGKILL)  # the leader's children too
+        run.proc.wait()
+        run.out.close()
+        run.err.close()
+
+
+def _signal_group(proc: subprocess.Popen[bytes], signum: int) -> None:
+    """Each node leads its own process group (`_start`): signal all of it."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signum)
 
 
 def _own_timeout(node: SimNode) -> float:
@@ -334,8 +370,10 @@ def _start(node: SimNode) -> _Running:
     node.state_dir.parent.mkdir(parents=True, exist_ok=True)
     out = open(node.state_dir.parent / "stdout.txt", "w+b")  # noqa: SIM115
     err = open(node.state_dir.parent / "stderr.txt", "w+b")  # noqa: SIM115
+    # Its own process group, so that stopping the simulation stops all it started; a
+    # terminal's Ctrl-C then reaches simulate alone, which stops the nodes (`stop_all`).
     proc = subprocess.Popen(node.argv, env=node.env, stdout=out, stderr=err,
-                            stdin=subprocess.DEVNULL)
+                            stdin=subprocess.DEVNULL, start_new_session=True)
     return _Running(node, proc, time.monotonic(), out, err)
 
 

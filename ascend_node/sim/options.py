@@ -10,11 +10,13 @@ something silently clamped or ignored.
 
 from __future__ import annotations
 
-import math
+import os
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Optional
 
 from ascend_node.errors import AscendNodeError, UsageError
+from ascend_node.quantities import check_seconds
 from ascend_node.sim.cluster import SimSpec
 from ascend_node.sim.faults import check_bad_devices, parse_bad_device
 
@@ -41,10 +43,34 @@ def parse_node_list(text: str, nodes: int, option: str = "--absent") -> frozense
 
 
 def _positive_seconds(option: str, value: float, zero_ok: bool = False) -> None:
-    if not math.isfinite(value) or value < 0 or (value == 0 and not zero_ok):
+    """The agent's rule for seconds (`quantities`), worded for the flag typed."""
+    try:
+        check_seconds(value, zero_ok)
+    except ValueError:
         what = "a number of seconds >= 0" if zero_ok else "a number of seconds > 0"
         raise UsageError(f"{option} {value:g} is not {what}",
-                         f"e.g. {option} {'0.5' if zero_ok else '60'}")
+                         f"e.g. {option} {'0.5' if zero_ok else '60'}") from None
+
+
+def check_paths(shared_dir: Optional[Path], table_out: Optional[Path]) -> None:
+    """`--shared-dir` must exist, as the agent requires of its shared volume (simulate
+    creates nothing the user named); `--table-out` must be writable where it points, checked
+    before any node runs, not after all of them."""
+    if shared_dir is not None and not shared_dir.is_dir():
+        raise UsageError(f"--shared-dir {shared_dir} does not exist or is not a directory",
+                         "create it first, or leave --shared-dir out (the workspace has one)")
+    if table_out is None:
+        return
+    parent = table_out.parent
+    if table_out.is_dir():
+        raise UsageError(f"--table-out {table_out} is a directory",
+                         "name a file, e.g. --table-out ranktable.json")
+    if not parent.is_dir():
+        raise UsageError(f"--table-out {table_out}: directory {parent} does not exist",
+                         "choose a path in an existing, writable directory")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise UsageError(f"--table-out {table_out}: directory {parent} is not writable",
+                         "choose a path in an existing, writable directory")
 
 
 def build_spec(*, nodes: int, devices: Optional[int], a3: bool, super_pod_size: int,
@@ -77,4 +103,4 @@ def build_spec(*, nodes: int, devices: Optional[int], a3: bool, super_pod_size: 
                    super_pod_size=super_pod_size, absent=gone, bad_devices=bad)
 
 
-__all__ = ["build_spec", "parse_node_list"]
+__all__ = ["build_spec", "check_paths", "parse_node_list"]

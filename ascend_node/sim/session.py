@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Callable, Optional
 
-from ascend_node.errors import ConfigError
+from ascend_node.errors import ConfigError, Interrupted, Terminated
 from ascend_node.sim.cluster import NodeResult, SimReport, SimSpec, run_cluster
 
 PROGRESS_FIRST = 3.0
@@ -96,13 +96,10 @@ class Progress:
 
 
 def _shared(shared_dir: Optional[Path]) -> Optional[Path]:
-    if shared_dir is None:
-        return None
-    try:
-        shared_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ConfigError(f"cannot use --shared-dir {shared_dir}: {exc.strerror or exc}",
-                          "give a writable directory (it is created when missing)") from exc
+    """The user's shared directory, which must exist (as the agent requires its volume)."""
+    if shared_dir is not None and not shared_dir.is_dir():
+        raise ConfigError(f"--shared-dir {shared_dir} does not exist or is not a directory",
+                          "create it first, or leave --shared-dir out")
     return shared_dir
 
 
@@ -122,7 +119,16 @@ def simulate(spec: SimSpec, shared_dir: Optional[Path] = None, keep: Optional[bo
     progress = Progress(spec, shared or work / "shared", say)
     try:
         report = run_cluster(spec, shared, work, on_tick=progress)
-    except BaseException:  # an interrupt too: launch has stopped every node
+    except (Terminated, KeyboardInterrupt) as exc:  # launch has stopped every node
+        # SIGTERM (`timeout 10 ascend-node simulate`) or Ctrl-C: say what is left.
+        if not keep:
+            shutil.rmtree(work, ignore_errors=True)
+        left = f"workspace kept: {work}" if keep else "workspace removed"
+        kind = Terminated if isinstance(exc, Terminated) else Interrupted
+        what = exc.cause if isinstance(exc, Terminated) else "interrupted by signal 2 (SIGINT)"
+        raise kind(f"simulate {what}: every node stopped, {left}",
+                   "nothing of the simulation is left running") from None
+    except BaseException:
         if not keep:
             shutil.rmtree(work, ignore_errors=True)
         raise

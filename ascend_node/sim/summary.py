@@ -9,9 +9,9 @@ exit 5 print it once), with the path of each node's log while the workspace exis
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from typing import Any, Optional
 
+from ascend_node.report.failures import FailureGroup, group_failures, who
 from ascend_node.sim.cluster import SimReport, pod_ip, server_summary
 
 # Columns of the per-node breakdown, in the order a bootstrap goes through them
@@ -20,27 +20,19 @@ PHASE_COLUMNS = ("startup", "discovery", "rendezvous", "outputs", "preflight", "
                  "set_env", "config")
 
 
-@dataclass(frozen=True)
-class Failure:
-    """Nodes that ended alike: one exit code, one cause, one hint."""
-
-    nodes: tuple[int, ...]
-    exit_code: int
-    cause: str
-    hint: str
+Failure = FailureGroup
 
 
-def failures(report: SimReport) -> list[Failure]:
-    """The failing nodes grouped by what they said."""
-    groups: dict[tuple[int, str, str], list[int]] = {}
-    for r in report.results:
-        if r.exit_code != 0:
-            groups.setdefault((r.exit_code, r.cause or "no message", r.hint), []).append(
-                r.index)
-    found = [Failure(tuple(nodes), code, cause, hint)
-             for (code, cause, hint), nodes in groups.items()]
-    # A node's own failure (1) before the timeouts (4) and aborts (5) it causes.
-    return sorted(found, key=lambda f: (f.exit_code, f.nodes))
+def failures(report: SimReport) -> list[FailureGroup]:
+    """The failing nodes grouped by what they said (as `report` groups them)."""
+    return group_failures((r.index, r.exit_code, r.cause, r.hint)
+                          for r in report.results if r.exit_code != 0)
+
+
+def warning_groups(report: SimReport) -> list[FailureGroup]:
+    """Every warning the nodes gave, with the nodes that gave it (grouped as failures)."""
+    return group_failures((r.index, 0, text, "") for r in report.results
+                          for text in r.warnings)
 
 
 def _logs(report: SimReport, nodes: tuple[int, ...]) -> Optional[str]:
@@ -114,14 +106,14 @@ def format_report(report: SimReport, keep: Optional[bool] = True) -> str:
             f"{r.seconds:>7.2f}"
             + "".join(f" {ph[c]:>10.3f}" if c in ph else f" {'-':>10}" for c in columns))
     for failure in failures(report):
-        who = (f"node {failure.nodes[0]}" if len(failure.nodes) == 1
-               else "nodes " + ", ".join(str(n) for n in failure.nodes))
-        lines.append(f"{who}: exit {failure.exit_code}: {failure.cause}")
+        lines.append(failure.line())
         if failure.hint:
             lines.append(f"  hint: {failure.hint}")
         logs = _logs(report, failure.nodes)
         if logs:
             lines.append(f"  {'log' if len(failure.nodes) == 1 else 'logs'}: {logs}")
+    for warned in warning_groups(report):
+        lines.append(f"warning: {who(warned.nodes)}: {warned.cause}")
     lines.append(verdict_line(report))
     for extra in (table_line(report), workspace_line(report, keep)):
         if extra:
@@ -130,20 +122,32 @@ def format_report(report: SimReport, keep: Optional[bool] = True) -> str:
 
 
 def verdict_line(report: SimReport) -> str:
+    """`3 nodes x 4 NPUs: 2 ok, 1 failed, 1 warning, identical tables on every node, ...`:
+    the counts first, then what the tables say (never "identical" alone when a node
+    failed after getting it, in its pre-flight or hand-over)."""
     tables = [r.local_table() for r in report.results]
     held = {t for t in tables if t is not None}
     holding = sum(t is not None for t in tables)
-    if report.identical:
+    failed = sum(r.exit_code != 0 for r in report.results)
+    if report.identical and failed:
+        verdict = (f"identical tables on every node, but {failed} failed after getting it")
+    elif report.identical:
         verdict = "identical tables on every node"
     elif len(held) > 1:
         verdict = "TABLES DIFFER between nodes"
     else:
         verdict = f"{holding}/{len(tables)} nodes hold the table"
-    absent = f", {len(report.spec.absent)} absent" if report.spec.absent else ""
+    counts = [f"{sum(r.exit_code == 0 for r in report.results)} ok"]
+    if failed:
+        counts.append(f"{failed} failed")
+    if report.spec.absent:
+        counts.append(f"{len(report.spec.absent)} absent")
+    warned = len(warning_groups(report))
+    if warned:
+        counts.append(f"{warned} warning{'s' if warned != 1 else ''}")
     where = f"; shared dir {report.shared_dir}" if _shared_dir_exists(report) else ""
     return (f"{report.spec.nodes} nodes x {report.spec.devices} NPUs: "
-            f"{sum(r.exit_code == 0 for r in report.results)} ok{absent}, {verdict}, "
-            f"{report.wall_seconds:.2f} s wall{where}")
+            f"{', '.join(counts)}, {verdict}, {report.wall_seconds:.2f} s wall{where}")
 
 
 def report_json(report: SimReport) -> dict[str, Any]:
@@ -164,6 +168,7 @@ def report_json(report: SimReport) -> dict[str, Any]:
                      "hint": (r.hint or None) if failed else None,
                      "message": (r.cause or None) if failed else None,  # the older name
                      "log": str(r.log) if kept else None,
+                     "warnings": list(r.warnings),
                      **server_summary(report.table_text, r, report.spec.devices),
                      "phases": r.phases()})
     return {
@@ -175,6 +180,8 @@ def report_json(report: SimReport) -> dict[str, Any]:
         "workspace": str(report.workspace) if report.workspace else None,
         "workspace_kept": report.workspace_kept,
         "ok": report.ok, "identical_tables": report.identical,
+        "warnings": [{"nodes": list(w.nodes), "warning": w.cause}
+                     for w in warning_groups(report)],
         "wall_seconds": round(report.wall_seconds, 3),
         "results": rows,
         "ranktable": json.loads(report.table_text) if report.table_text else None,
@@ -182,4 +189,4 @@ def report_json(report: SimReport) -> dict[str, Any]:
 
 
 __all__ = ["PHASE_COLUMNS", "Failure", "failures", "format_report", "report_json",
-           "table_line", "verdict_line", "workspace_line"]
+           "table_line", "verdict_line", "warning_groups", "workspace_line"]

@@ -1,0 +1,110 @@
+"""Issue 27: one option type per kind of value, refusing what means nothing (exit 2, one
+line naming the flag and the value, a hint with a value that works), and a `--help`
+that tells the truth: commands grouped by who runs them, choices named, no cut summary."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ascend_node.cli import app
+from tests.cli_helpers import cli_runner
+
+runner = cli_runner()
+
+
+@pytest.mark.parametrize(("args", "cause"), [
+    (["status", "--wait", "--wait-timeout", "-1"],
+     "--wait-timeout -1 is not a finite number of seconds > 0"),
+    (["status", "--wait-timeout", "inf"],
+     "--wait-timeout inf is not a finite number of seconds > 0"),
+    (["doctor", "--peer-wait", "nan"], "--peer-wait nan is not a finite number of seconds > 0"),
+    (["ranktable", "--timeout", "0"], "--timeout 0 is not a finite number of seconds > 0"),
+    (["boot", "--timeout", "1e999"], "--timeout 1e999 is not a finite number of seconds > 0"),
+    (["report", "--attempt", "../../etc"], "--attempt '../../etc' is not an attempt id"),
+    (["report", "--attempt", "a/b"], "--attempt 'a/b' is not an attempt id"),
+    (["manifest", "--npus-per-node", "0"], "--npus-per-node 0 is out of range"),
+])
+def test_a_meaningless_value_is_a_usage_error_naming_the_flag(args: list[str], cause: str
+                                                              ) -> None:
+    done = runner.invoke(app, args, env={"ASCEND_NODE_DEBUG": ""})
+    assert done.exit_code == 2, (done.stdout, done.stderr)
+    lines = done.stderr.splitlines()
+    assert lines[0] == f"ascend-node: error: {cause}", done.stderr
+    assert len(lines) == 2 and lines[1].startswith("  hint: ")
+    assert "--help" not in lines[1]  # a value that works, not a pointer to a help without one
+    assert done.stdout == ""
+
+
+def test_a_master_file_in_a_missing_directory_is_named_and_not_created(tmp_path: Path
+                                                                       ) -> None:
+    from ascend_node.sim.fake_tools import write_node_data
+    from tests.cluster_helpers import make_nodes
+
+    node = make_nodes(tmp_path, 1, devices=1, timeout=60)[0]
+    write_node_data(node.data_dir, node.devices)
+    missing = tmp_path / "no" / "such" / "dir"
+    env = {**node.env, "ASCEND_NODE_MASTER_FILE": str(missing / "master")}
+    done = subprocess.run(node.argv, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1, done.stderr
+    assert (f"ascend-node: error: cannot write {missing / 'master'}: directory {missing} "
+            "does not exist") in done.stderr
+    assert not (tmp_path / "no").exists()
+
+
+def _help(*args: str) -> str:
+    done = runner.invoke(app, [*args, "--help"])
+    assert done.exit_code == 0, done.stderr
+    return str(done.stdout)
+
+
+def test_help_groups_the_commands_by_who_runs_them() -> None:
+    text = _help()
+    heads = [ln for ln in text.splitlines() if ln and not ln.startswith(" ") and ln.endswith(":")]
+    assert heads[-3:] == ["In the pod (the container's command, its probes):",
+                          "For the operator (against a running or finished job):",
+                          "Offline (no job needed):"], heads
+    sections = text.split("In the pod")[1]
+    pod, rest = sections.split("For the operator")
+    operator, offline = rest.split("Offline")
+    for name in ("discover", "ranktable", "boot", "env", "status"):
+        assert f"\n  {name} " in pod
+    for name in ("validate", "doctor", "report", "clean"):
+        assert f"\n  {name} " in operator
+    for name in ("simulate", "manifest", "version"):
+        assert f"\n  {name} " in offline
+    assert "\nCommands:" not in text  # every command is in a group
+    listed = text.split("In the pod")[1]
+    assert "..." not in listed and "\u2026" not in listed  # no summary is cut
+
+
+@pytest.mark.parametrize(("command", "shown"), [
+    ("manifest", "--kind mindie|training"), ("validate", "--for mindie|hccl"),
+    ("boot", "--launcher mindie|msrun|ranktable-env|torch"), ("env", "--format sh|json"),
+    ("ranktable", "--preflight strict|warn|off"), ("status", "--wait-timeout SECONDS"),
+])
+def test_help_names_the_choices_not_their_python_type(command: str, shown: str) -> None:
+    text = _help(command)
+    assert shown in text, text
+
+
+def test_help_shows_the_command_after_the_double_dash() -> None:
+    for command in ("boot", "manifest"):
+        usage = _help(command).splitlines()[0]
+        assert usage == f"Usage: ascend-node {command} [OPTIONS] [-- CMD [ARGS]...]", usage
+
+
+def test_the_run_id_help_names_the_volcano_fallback() -> None:
+    text = " ".join(_help("ranktable").split())
+    assert "else the Volcano job name" in text
+
+
+def test_help_stays_as_fast_as_before_no_rich() -> None:
+    done = subprocess.run([sys.executable, "-X", "importtime", "-m", "ascend_node", "--help"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0
+    assert "rich" not in {ln.rsplit("|", 1)[1].strip().split(".")[0]
+                          for ln in done.stderr.splitlines() if ln.startswith("import time:")}
