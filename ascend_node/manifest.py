@@ -38,9 +38,27 @@ STATUS_COMMAND = ["ascend-node", "status"]
 # Volcano's job policies read the exit code of the pod's first container once the pod
 # has *failed*; with any other restartPolicy the kubelet restarts the container in place
 # and the policy never fires.
+#
+# How Volcano matches them (volcano-sh/volcano pkg/controllers/job/job_controller_handler.go
+# `updatePod`, job_controller_util.go `applyPolicies`): a pod turning `Failed` raises ONE
+# request carrying both the event `PodFailed` and the first container's exit code; a pod
+# deleted (evicted, node lost) raises `PodEvicted`. `applyPolicies` walks the policies in
+# order (the task's, then the job's) and returns the action of the FIRST one whose event
+# matches or whose exitCode equals the code; no match is `SyncJob` (nothing happens). So
+# the exit-code policies come first: exit 5 must abort before `PodFailed` restarts.
+# `RestartJob` kills every pod and starts a new attempt (state/running.go: RetryCount++);
+# once RetryCount reaches maxRetry the job ends `Failed` (state/restarting.go).
 EXIT_CODE_ACTIONS = (
     (PeerTimeout.exit_code, "RestartJob"),
     (ClusterInconsistent.exit_code, "AbortJob"),
+)
+# Then the events. A server that dies after serving began (exit 1, a signal: 137/143, an
+# OOM kill: 137) leaves a multi-node instance broken for good (one pod Failed, the others
+# serving nothing): only a restart of the whole job heals it. A lost pod invalidates
+# everyone's rank table the same way.
+EVENT_ACTIONS = (
+    ("PodFailed", "RestartJob"),
+    ("PodEvicted", "RestartJob"),
 )
 MAX_RETRY = 3
 
@@ -232,8 +250,7 @@ def render_job(p: ManifestParams) -> dict[str, Any]:
     policies: list[dict[str, Any]] = [
         {"exitCode": code, "action": action} for code, action in EXIT_CODE_ACTIONS
     ]
-    # A lost pod invalidates everyone's rank table: start a new attempt together.
-    policies.append({"event": "PodEvicted", "action": "RestartJob"})
+    policies += [{"event": event, "action": action} for event, action in EVENT_ACTIONS]
     return {
         "apiVersion": API_VERSION,
         "kind": "Job",
