@@ -180,8 +180,15 @@ def boot(
     model_name: Annotated[Optional[str], typer.Option(
         "--model-name", help="MindIE modelName (env MODEL_NAME)", show_default=False)] = None,
     model_weight_path: Annotated[Optional[str], typer.Option(
-        "--model-weight-path", help="MindIE modelWeightPath (env MODEL_PATH)",
+        "--model-weight-path", help="MindIE modelWeightPath (same as --model-dir)",
         show_default=False)] = None,
+    model_dir: Annotated[Optional[str], typer.Option(
+        "--model-dir", help="The model's directory, MindIE's modelWeightPath (env "
+        "ASCEND_NODE_MODEL_DIR, else MODEL_PATH); the shared dir stays --shared-dir",
+        show_default=False)] = None,
+    launcher_args: Annotated[Optional[str], typer.Option(
+        "--launcher-args", help="msrun's own options, e.g. '--log_dir=/x --bind_core=True' "
+        "(env ASCEND_NODE_LAUNCHER_ARGS)", show_default=False)] = None,
     verbose: Verbose = False, debug: Debug = False,
 ) -> None:
     """Steps 1-8: rank table, atb_llm wheel, set_env, MindIE config, then exec the server.
@@ -199,7 +206,7 @@ def boot(
         settings = settings_from(verbose, **option_flags(locals()))
         box["settings"] = settings
         opts = boot_options_from_env(os.environ, launcher, list(ctx.args), https,
-                                     model_name, model_weight_path)
+                                     model_name, model_weight_path, model_dir, launcher_args)
         from ascend_node.preflight.policy import effective_policy
 
         policy = effective_policy(settings.preflight, "boot", opts.launcher)
