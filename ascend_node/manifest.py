@@ -175,6 +175,10 @@ def validate(p: ManifestParams) -> None:
     if p.https is not None and p.kind != "mindie":
         raise UsageError("--https/--no-https is MindIE's httpsEnabled; a training job has none",
                          "leave it out with --kind training")
+    _check_tls(p)
+    _check_model(p)
+    _check_user(p)
+    _check_launcher(p)
     if not isinstance(p.name, str) or not _DNS1035_LABEL.match(p.name):
         raise UsageError(
             f"job name {p.name!r} is not a DNS-1035 label",
