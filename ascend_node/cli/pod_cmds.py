@@ -60,6 +60,19 @@ def _status_writer(settings_box: dict[str, Any], command: str
                 message=cause, run_id=settings.run_id))
     return write
 
+def _placed(settings: Any, verbose: bool) -> Any:
+    """The outputs' paths checked (and defaults moved) before the rendezvous."""
+    from ascend_node.handoff.placement import FALLBACK_NAMES, place_outputs
+
+    placed = place_outputs(settings, os.environ)
+    if verbose:
+        for name in ("state_dir", *FALLBACK_NAMES):
+            if placed.sources.get(name, "").startswith("fallback"):
+                print(f"ascend-node: setting {name} = {getattr(placed, name)!r}  "
+                      f"[{placed.sources[name]}]", file=sys.stderr)
+    return placed
+
+
 @app.command()
 def discover(
     devices: Devices = None, hccn_tool: HccnTool = None, table_version: TableVersion = None,
@@ -140,7 +153,7 @@ def ranktable(
         from ascend_node.chain.table import ranktable as run_ranktable
         from ascend_node.handoff.outputs import StatusDoc, write_status
 
-        settings = settings_from(verbose, **option_flags(locals()))
+        settings = _placed(settings_from(verbose, **option_flags(locals())), verbose)
         box["settings"] = settings
         from ascend_node.preflight.policy import effective_policy
 
@@ -203,7 +216,7 @@ def boot(
         from ascend_node.chain.boot import boot_options_from_env
         from ascend_node.chain.table import ranktable as run_ranktable
 
-        settings = settings_from(verbose, **option_flags(locals()))
+        settings = _placed(settings_from(verbose, **option_flags(locals())), verbose)
         box["settings"] = settings
         opts = boot_options_from_env(os.environ, launcher, list(ctx.args), https,
                                      model_name, model_weight_path, model_dir, launcher_args)
@@ -226,11 +239,14 @@ def env_cmd(
 
         if fmt not in ("sh", "json"):
             raise UsageError(f"--format {fmt!r} is not one of sh, json", "use --format sh|json")
-        settings = settings_from(False, state_dir=state_dir)
-        env = read_env(settings.state_dir)
+        from ascend_node.statedir import find_state_dir
+
+        settings_from(False, state_dir=state_dir)  # refuses a bad ASCEND_NODE_STATE_DIR
+        where = find_state_dir(state_dir, os.environ)  # where a non-root agent wrote
+        env = read_env(where)
         if env is None:
             raise ConfigError(
-                f"no completed bootstrap in {settings.state_dir} (no env.json)",
+                f"no completed bootstrap in {where} (no env.json)",
                 "run `ascend-node ranktable` or `ascend-node boot` first, or pass --state-dir")
         if fmt == "json":
             emit({"env": env})
@@ -247,10 +263,10 @@ def status(
 ) -> None:
     """This container's bootstrap state: exit 0 done, 1 failed, 3 in progress (for probes)."""
     with exit_codes(debug_on(debug)):
-        from ascend_node.statedir import resolve_state_dir
+        from ascend_node.statedir import find_state_dir
         from ascend_node.status import current_status, wait_for_status
 
-        where = resolve_state_dir(state_dir, os.environ)  # not the settings model: probes
+        where = find_state_dir(state_dir, os.environ)  # not the settings model: probes
         view = wait_for_status(where, wait_timeout) if wait else current_status(where)
         if json_out:
             emit(view.to_json())
