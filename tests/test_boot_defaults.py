@@ -122,3 +122,32 @@ def test_msrun_gets_its_own_options_before_join() -> None:
     assert argv[argv.index("--log_dir=/x") + 1] == "--bind_core=True"
     assert argv.index("--bind_core=True") < argv.index("--join=True") < argv.index(
         "run_mindformer.py")
+
+
+@pytest.mark.multiprocess
+def test_the_rendered_training_command_reaches_msrun_with_its_options(tmp_path: Path) -> None:
+    """The words `manifest --kind training` renders, run by the real `boot` on two pods
+    into a recording msrun: the agent's flags from the table, then msrun's own options."""
+    from tests.test_boot_e2e import msrun_nodes
+
+    job = render_job(ManifestParams(kind="training", name="t", nodes=2, image="i", pvc="p",
+                                    run_id="r", msrun_log_dir="/mnt/model/log",
+                                    bind_core=True, command=["train.py", "--x"]))
+    (c,) = job["spec"]["tasks"][0]["template"]["spec"]["containers"]
+    assert c["command"][:2] == ["tini", "--"]
+    nodes = msrun_nodes(tmp_path, with_mindspore=True)
+    for node in nodes:
+        node.env.pop("ASCEND_NODE_LAUNCHER")  # the rendered command names it
+        node.argv = [node.argv[0], "-m", "ascend_node", *c["command"][3:], *c["args"]]
+    results = launch(nodes, 30)
+    assert [r.exit_code for r in results] == [0, 0], explain(results)
+    args = (tmp_path / f"msrun-args.{nodes[1].env['K8S_POD_IP']}").read_text().split()
+    assert "--node_rank=1" in args and "--worker_num=8" in args
+    assert args[-5:] == ["--log_dir=/mnt/model/log", "--bind_core=True", "--join=True",
+                         "train.py", "--x"]
+    # pre-flight is `warn` for a training launcher (docs/preflight.md), as the agent recorded
+    for node in nodes:
+        phases = [json.loads(line) for line in
+                  (node.state_dir / "events.jsonl").read_text().splitlines()]
+        (pre,) = [e for e in phases if e.get("phase") == "preflight"]
+        assert pre.get("policy") == "warn", pre
