@@ -504,14 +504,14 @@ def _container(p: ManifestParams, role: str) -> dict[str, Any]:
     c["startupProbe"] = _probe(STARTUP_PERIOD_S, startup_failure_threshold(p.timeout))
     if p.kind == "mindie":  # a training pod has no Service to be ready for
         c["readinessProbe"] = _probe(READINESS_PERIOD_S, READINESS_FAILURES)
+    c["terminationMessagePolicy"] = "FallbackToLogsOnError"
+    c["volumeMounts"] = _mounts(p, agent=not p.init_container)
     if p.init_container:
         # The server's image need not have the agent: no probe that runs it.
         for name in ("startupProbe", "readinessProbe", "livenessProbe"):
             probe = c.get(name)
             if probe and probe.get("exec", {}).get("command", [""])[0] == "ascend-node":
                 del c[name]
-    c["terminationMessagePolicy"] = "FallbackToLogsOnError"
-    c["volumeMounts"] = _mounts(p, agent=not p.init_container)
     return c
 
 
