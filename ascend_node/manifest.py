@@ -67,6 +67,10 @@ EVENT_ACTIONS = (
     ("PodFailed", "RestartJob"),
     ("PodEvicted", "RestartJob"),
 )
+# A MindIE server never finishes: a task whose pods all exited 0 (`TaskCompleted`, raised by
+# `updatePod` once every pod of the task has succeeded) is an instance that stopped serving.
+# Training tasks do finish; for them it stays Volcano's default (the job completes).
+MINDIE_EVENT_ACTIONS = (("TaskCompleted", "RestartJob"),)
 MAX_RETRY = 3
 
 # Probes. The startup probe must outlast the agent's own --timeout (which counts from
@@ -383,7 +387,8 @@ def render_job(p: ManifestParams) -> dict[str, Any]:
     policies: list[dict[str, Any]] = [
         {"exitCode": code, "action": action} for code, action in EXIT_CODE_ACTIONS
     ]
-    policies += [{"event": event, "action": action} for event, action in EVENT_ACTIONS]
+    events = EVENT_ACTIONS + (MINDIE_EVENT_ACTIONS if p.kind == "mindie" else ())
+    policies += [{"event": event, "action": action} for event, action in events]
     return {
         "apiVersion": API_VERSION,
         "kind": "Job",

@@ -44,6 +44,13 @@ def test_pod_event_to_job_action(kind: str, event: PodEvent, action: str) -> Non
     assert apply_policies(_job(kind), request_for(event), 0) == action
 
 
+@pytest.mark.parametrize(("kind", "action"), [("mindie", "RestartJob"), ("training", "SyncJob")])
+def test_a_task_that_exited_0(kind: str, action: str) -> None:
+    """A server never finishes (every pod of its task exiting 0 is an instance that stopped
+    serving: restart); a training task does (Volcano's default: the job completes)."""
+    assert apply_policies(_job(kind), request_for(PodEvent("succeeded")), 0) == action
+
+
 def test_the_order_matters_exit_codes_come_before_pod_failed() -> None:
     """The same policies with `PodFailed` first would restart an inconsistent cluster."""
     job = _job("mindie")

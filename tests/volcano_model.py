@@ -28,7 +28,8 @@ SYNC = "SyncJob"
 @dataclass(frozen=True)
 class PodEvent:
     """What happened to one pod: `failed` (with the first container's exit code),
-    `deleted`, `succeeded`, `running`; `version` is the pod's job version."""
+    `deleted`, `succeeded` (the last pod of its task to succeed: Volcano raises
+    TaskCompleted only then), `running`; `version` is the pod's job version."""
 
     what: str
     exit_code: int = 0
