@@ -93,6 +93,12 @@ def test_boot_options_refuse_bad_values(kw: dict[str, Any], env: dict[str, str],
         boot_options_from_env(env, **args)
 
 
+def test_a_training_images_own_model_name_variable_is_not_mindies() -> None:
+    opts = boot_options_from_env({"MODEL_NAME": "llama 2 (7b)"}, "msrun", ["t.py"], None,
+                                 None, None)
+    assert opts.launcher == "msrun"
+
+
 def test_model_dir_is_the_weight_path_and_model_path_the_fallback() -> None:
     def weights(env: dict[str, str], model_dir: str | None = None) -> str | None:
         return boot_options_from_env(env, None, [], None, None, None,

@@ -79,7 +79,9 @@ def boot_options_from_env(
         https = _env_bool(environ, "ASCEND_NODE_HTTPS", "--https / --no-https")
     certs = _env_bool(environ, "ASCEND_NODE_TLS_CERTS") is True
     name, name_from = _pick(model_name, "--model-name", environ, "MODEL_NAME")
-    if name is not None and not model_name_ok(name):
+    # MODEL_NAME is a common name: only MindIE's boot reads it (a training image may hold
+    # anything there); the flag is refused for any launcher.
+    if name is not None and (chosen == "mindie" or model_name) and not model_name_ok(name):
         _refuse(name_from, f"{name_from} {name!r} is a modelName MindIE refuses",
                 f"use {MODEL_NAME_RULE}")
     # modelWeightPath: the model's own directory when one is given, else MODEL_PATH (which
