@@ -23,6 +23,12 @@ from typing import Any, Literal, Optional
 
 from ascend_node.discover.identity import check_run_id
 from ascend_node.errors import ClusterInconsistent, ConfigError, PeerTimeout, UsageError
+from ascend_node.handoff.exec import DEFAULT_MINDIE_DAEMON
+from ascend_node.handoff.mindie_startup import (
+    DEFAULT_MIES_INSTALL_PATH,
+    MODEL_NAME_RULE,
+    model_name_ok,
+)
 
 Kind = Literal["mindie", "training"]
 KINDS = ("mindie", "training")
@@ -34,14 +40,37 @@ DEFAULT_NPU_RESOURCE = "huawei.com/Ascend910"
 # when an image's own ENTRYPOINT differs (any image with tini and ascend-node on PATH).
 ENTRYPOINT = ["tini", "--", "ascend-node", "boot", "--"]
 STATUS_COMMAND = ["ascend-node", "status"]
+TRAINING_LAUNCHERS = ("msrun", "torch")
 
 # Volcano's job policies read the exit code of the pod's first container once the pod
 # has *failed*; with any other restartPolicy the kubelet restarts the container in place
 # and the policy never fires.
+#
+# How Volcano matches them (volcano-sh/volcano pkg/controllers/job/job_controller_handler.go
+# `updatePod`, job_controller_util.go `applyPolicies`): a pod turning `Failed` raises ONE
+# request carrying both the event `PodFailed` and the first container's exit code; a pod
+# deleted (evicted, node lost) raises `PodEvicted`. `applyPolicies` walks the policies in
+# order (the task's, then the job's) and returns the action of the FIRST one whose event
+# matches or whose exitCode equals the code; no match is `SyncJob` (nothing happens). So
+# the exit-code policies come first: exit 5 must abort before `PodFailed` restarts.
+# `RestartJob` kills every pod and starts a new attempt (state/running.go: RetryCount++);
+# once RetryCount reaches maxRetry the job ends `Failed` (state/restarting.go).
 EXIT_CODE_ACTIONS = (
     (PeerTimeout.exit_code, "RestartJob"),
     (ClusterInconsistent.exit_code, "AbortJob"),
 )
+# Then the events. A server that dies after serving began (exit 1, a signal: 137/143, an
+# OOM kill: 137) leaves a multi-node instance broken for good (one pod Failed, the others
+# serving nothing): only a restart of the whole job heals it. A lost pod invalidates
+# everyone's rank table the same way.
+EVENT_ACTIONS = (
+    ("PodFailed", "RestartJob"),
+    ("PodEvicted", "RestartJob"),
+)
+# A MindIE server never finishes: a task whose pods all exited 0 (`TaskCompleted`, raised by
+# `updatePod` once every pod of the task has succeeded) is an instance that stopped serving.
+# Training tasks do finish; for them it stays Volcano's default (the job completes).
+MINDIE_EVENT_ACTIONS = (("TaskCompleted", "RestartJob"),)
 MAX_RETRY = 3
 
 # Probes. The startup probe must outlast the agent's own --timeout (which counts from
@@ -107,12 +136,32 @@ class ManifestParams:
     mount_driver: bool = True
     a3: bool = False  # Atlas 900 A3 SuperPoD nodes (rank table v1.2)
     rendezvous_key_secret: Optional[str] = None  # a Secret holding the job's key, mounted
-    # MindIE's httpsEnabled as ASCEND_NODE_HTTPS (None: the image's config.json decides;
-    # MindIE's shipped file says true and then needs certificates, docs/mindie-config.md).
+    # MindIE's httpsEnabled as ASCEND_NODE_HTTPS, rendered for every MindIE job. None and
+    # False: plain http, the default for a cluster-internal Service (docs/deploy.md, "TLS");
+    # True: https with the certificates of the Secret `tls_secret` mounted where MindIE
+    # looks for them (MindIE's shipped config.json says true but ships no certificates).
     https: Optional[bool] = None
     # How long MindIE may load its weights after exec before the startup probe gives up
     # (None: DEFAULT_LOAD_TIMEOUT_S); MindIE jobs only.
     load_timeout: Optional[int] = None
+    tls_secret: Optional[str] = None
+    # The model: `model_dir` is MindIE's modelWeightPath (None: the PVC's mount path, as
+    # before), on the shared PVC or on `model_pvc` mounted read-only at `model_dir`;
+    # `model_name` is MindIE's modelName (None: the image's config.json decides).
+    model_dir: Optional[str] = None
+    model_pvc: Optional[str] = None
+    model_name: Optional[str] = None
+    # The uid (and gid) the pod runs as (None: the image's user).
+    run_as_user: Optional[int] = None
+    # Training: the launcher `boot` runs (msrun or torch) and msrun's own options.
+    launcher: Optional[str] = None
+    master_port: Optional[int] = None
+    msrun_log_dir: Optional[str] = None
+    bind_core: bool = False
+    # The init-container variant: `ascend-node ranktable` in an init container writes to a
+    # per-pod emptyDir; the server container sources its env script and runs the server.
+    init_container: bool = False
+    init_image: Optional[str] = None
 
     def __post_init__(self) -> None:
         validate(self)
@@ -151,6 +200,10 @@ def validate(p: ManifestParams) -> None:
     if p.https is not None and p.kind != "mindie":
         raise UsageError("--https/--no-https is MindIE's httpsEnabled; a training job has none",
                          "leave it out with --kind training")
+    _check_tls(p)
+    _check_model(p)
+    _check_user(p)
+    _check_launcher(p)
     if not isinstance(p.name, str) or not _DNS1035_LABEL.match(p.name):
         raise UsageError(
             f"job name {p.name!r} is not a DNS-1035 label",
@@ -195,10 +248,112 @@ def validate(p: ManifestParams) -> None:
                           "give the program and its arguments after --")
     if p.kind == "training" and p.command is None:
         raise UsageError(
-            "training manifest has no launcher command",
-            "give it after --, e.g. -- bash -c 'exec msrun --worker_num=$WORLD_SIZE "
-            "--local_worker_num=8 --master_addr=$MASTER_IP ... run_mindformer.py ...'",
+            "training manifest has no command",
+            "give the script after -- (the agent runs msrun around it), e.g. -- "
+            "run_mindformer.py --config /mnt/model/pretrain.yaml; with --launcher torch: "
+            "-- torchrun train.py",
         )
+    if p.init_image is not None and (not p.init_container or not p.init_image
+                                     or any(c.isspace() for c in p.init_image)):
+        raise UsageError(f"--init-image {p.init_image!r} needs --init-container and no spaces",
+                          "e.g. --init-container --init-image registry/ascend-node-init:1.0")
+
+
+def _check_tls(p: ManifestParams) -> None:
+    if p.https and p.tls_secret is None:
+        raise UsageError("--https needs --tls-secret NAME: MindIE's https needs its "
+                          "certificates, and none are in MindIE's image",
+                          "name the Secret holding them (docs/deploy.md, TLS), or use "
+                          "--no-https (the default) for a cluster-internal Service")
+    if p.tls_secret is not None:
+        if not p.https:
+            raise UsageError("--tls-secret without --https: plain http uses no certificates",
+                              "add --https, or leave --tls-secret out")
+        _check_subdomain("--tls-secret", p.tls_secret)
+        if p.run_as_user not in (None, 0):
+            raise UsageError(
+                f"--https with --run-as-user {p.run_as_user}: a Secret's files are owned by "
+                "root, and MindIE refuses certificates not owned by the uid that runs it",
+                "run as root with --https, or bake certificates owned by that uid into the "
+                "image and render --no-https ... (docs/deploy.md, TLS)")
+
+
+def _safe_path(value: object) -> bool:
+    return (isinstance(value, str) and bool(_SAFE_PATH.match(value))
+            and value.rstrip("/") != "" and ".." not in value.split("/"))
+
+
+def _under(path: str, mount: str) -> bool:
+    path, mount = path.rstrip("/"), mount.rstrip("/")
+    return path == mount or path.startswith(mount + "/")
+
+
+def _check_model(p: ManifestParams) -> None:
+    if p.model_name is not None and (not isinstance(p.model_name, str)
+                                     or not model_name_ok(p.model_name)):
+        raise UsageError(f"--model-name {p.model_name!r} is a name MindIE refuses",
+                          f"use {MODEL_NAME_RULE}")
+    if (p.model_dir is not None or p.model_pvc is not None or p.model_name is not None) \
+            and p.kind != "mindie":
+        raise UsageError("--model-dir/--model-pvc/--model-name are MindIE's config.json "
+                          "keys; a training job has none", "pass the paths to your script")
+    if p.model_pvc is not None:
+        _check_subdomain("--model-pvc", p.model_pvc)
+        if p.model_dir is None:
+            raise UsageError("--model-pvc needs --model-dir: the path it is mounted at",
+                              "e.g. --model-pvc weights --model-dir /mnt/weights/qwen")
+    if p.model_dir is None:
+        return
+    if not _safe_path(p.model_dir):
+        raise UsageError(f"--model-dir {p.model_dir!r} is not an absolute path of "
+                          "[0-9A-Za-z_./-]", "MindIE refuses other characters in paths")
+    if p.model_pvc is None and not _under(p.model_dir, p.model_path):
+        raise UsageError(
+            f"--model-dir {p.model_dir} is outside every volume of the pod (the PVC is "
+            f"mounted at {p.model_path})",
+            f"give a directory under {p.model_path}, or mount the weights' own claim "
+            "there with --model-pvc NAME")
+    if p.model_pvc is not None and (_under(p.model_dir, p.model_path)
+                                    or _under(p.model_path, p.model_dir)):
+        raise UsageError(f"--model-dir {p.model_dir} with --model-pvc overlaps the shared "
+                          f"PVC's mount {p.model_path}",
+                          "mount the weights' claim elsewhere, e.g. /mnt/weights")
+
+
+MAX_ID = 2**31 - 1
+
+
+def _check_user(p: ManifestParams) -> None:
+    if p.run_as_user is not None and (isinstance(p.run_as_user, bool)
+                                      or not isinstance(p.run_as_user, int)
+                                      or not 0 <= p.run_as_user <= MAX_ID):
+        raise UsageError(f"--run-as-user {p.run_as_user!r} is not a uid",
+                          f"use an integer from 0 to {MAX_ID} (MindIE's images: 1001)")
+
+
+def _check_launcher(p: ManifestParams) -> None:
+    if p.kind == "mindie":
+        if (p.launcher is not None or p.msrun_log_dir is not None or p.bind_core
+                or p.master_port is not None):
+            raise UsageError("--launcher/--master-port/--msrun-log-dir/--bind-core are "
+                              "for training; MindIE is its own launcher",
+                              "leave them out with --kind mindie")
+        return
+    launcher = p.launcher or "msrun"
+    if launcher not in TRAINING_LAUNCHERS:
+        raise UsageError(f"--launcher {launcher!r} is not one of "
+                          f"{', '.join(TRAINING_LAUNCHERS)}", "use --launcher msrun or torch")
+    if p.master_port is not None:
+        _check_int("--master-port", p.master_port, 1, 65535)
+    if launcher != "msrun" and (p.msrun_log_dir is not None or p.bind_core):
+        raise UsageError("--msrun-log-dir/--bind-core are msrun's options",
+                          "give torchrun's own options in the command after --")
+    if p.msrun_log_dir is not None and not _safe_path(p.msrun_log_dir):
+        raise UsageError(f"--msrun-log-dir {p.msrun_log_dir!r} is not an absolute path of "
+                          "[0-9A-Za-z_./-]", "e.g. /mnt/model/output/msrun_log")
+    if p.init_container:
+        raise UsageError("--init-container renders MindIE's variant; training runs its "
+                          "launcher through `boot`", "leave --init-container out")
 
 
 def _check_key_secret(p: ManifestParams) -> None:
@@ -276,8 +431,8 @@ def render_job(p: ManifestParams) -> dict[str, Any]:
     policies: list[dict[str, Any]] = [
         {"exitCode": code, "action": action} for code, action in EXIT_CODE_ACTIONS
     ]
-    # A lost pod invalidates everyone's rank table: start a new attempt together.
-    policies.append({"event": "PodEvicted", "action": "RestartJob"})
+    events = EVENT_ACTIONS + (MINDIE_EVENT_ACTIONS if p.kind == "mindie" else ())
+    policies += [{"event": event, "action": action} for event, action in events]
     return {
         "apiVersion": API_VERSION,
         "kind": "Job",
@@ -298,6 +453,8 @@ def _task(p: ManifestParams, role: str, replicas: int) -> dict[str, Any]:
     labels = {"app.kubernetes.io/name": p.kind, "app.kubernetes.io/instance": p.name,
               "app.kubernetes.io/component": role}
     spec: dict[str, Any] = {"restartPolicy": "Never"}
+    if p.run_as_user is not None:
+        spec["securityContext"] = _pod_security(p.run_as_user)
     if p.a3:
         # Only super-pod nodes, so every pod reports a super pod and the agent builds v1.2.
         spec["nodeSelector"] = {ACCELERATOR_TYPE_LABEL: A3_SUPER_POD_TYPES[p.npus_per_node]}
@@ -306,14 +463,16 @@ def _task(p: ManifestParams, role: str, replicas: int) -> dict[str, Any]:
             "labelSelector": {"matchLabels": {"app.kubernetes.io/instance": p.name}},
             "topologyKey": "kubernetes.io/hostname",
         }]}},
-        "containers": [_container(p, role)],
-        "volumes": _volumes(p),
     })
+    if p.init_container:
+        spec["initContainers"] = [_init_container(p, role)]
+    spec["containers"] = [_container(p, role)]
+    spec["volumes"] = _volumes(p)
     return {"name": role, "replicas": replicas,
             "template": {"metadata": {"labels": labels}, "spec": spec}}
 
 
-def _container(p: ManifestParams, role: str) -> dict[str, Any]:
+def _env(p: ManifestParams, role: str) -> list[dict[str, Any]]:
     env: list[dict[str, Any]] = [
         {"name": "ROLE", "value": role},
         {"name": "MODEL_PATH", "value": p.model_path},
@@ -329,11 +488,43 @@ def _container(p: ManifestParams, role: str) -> dict[str, Any]:
     if p.nodes == 1:
         # With no worker task the svc plugin injects no VC_WORKER_NUM at all.
         env.append({"name": "VC_WORKER_NUM", "value": "0"})
-    if p.https is not None:
+    if p.kind == "mindie":
+        # Always a choice, never the image's file: MindIE's shipped config.json says https
+        # and ships no certificates, so a job left to it would never serve.
         env.append({"name": "ASCEND_NODE_HTTPS", "value": "1" if p.https else "0"})
+        if p.https:
+            # The Secret carries the inter-node certificates too: keep that TLS on.
+            env.append({"name": "ASCEND_NODE_TLS_CERTS", "value": "1"})
+    if p.model_dir is not None:
+        env.append({"name": "ASCEND_NODE_MODEL_DIR", "value": p.model_dir})
+    if p.model_name is not None:
+        env.append({"name": "MODEL_NAME", "value": p.model_name})
+    if p.master_port is not None:
+        env.append({"name": "ASCEND_NODE_MASTER_PORT", "value": str(p.master_port)})
     if p.rendezvous_key_secret is not None:
         env.append({"name": "ASCEND_NODE_RENDEZVOUS_KEY_FILE",
                     "value": f"{KEY_MOUNT_DIR}/{KEY_ITEM}"})
+    return env
+
+
+def _boot_command(p: ManifestParams) -> list[str]:
+    """`tini -- ascend-node boot [--launcher L [--launcher-args …]] --`: the launcher is
+    the agent's to run, so pre-flight `warn` and every launcher fix apply (docs/launchers.md)."""
+    if p.kind == "mindie":
+        return list(ENTRYPOINT)
+    out = [*ENTRYPOINT[:-1], "--launcher", p.launcher or "msrun"]
+    extra = []
+    if p.msrun_log_dir is not None:
+        extra.append(f"--log_dir={p.msrun_log_dir}")
+    if p.bind_core:
+        extra.append("--bind_core=True")
+    if extra:
+        out.append("--launcher-args=" + " ".join(extra))  # one word: the value starts with --
+    return [*out, "--"]
+
+
+def _container(p: ManifestParams, role: str) -> dict[str, Any]:
+    env = _env(p, role)
     amounts = {p.npu_resource: str(p.npus_per_node)}
     if p.rdma_resource is not None:
         amounts[p.rdma_resource] = "1"
@@ -341,10 +532,17 @@ def _container(p: ManifestParams, role: str) -> dict[str, Any]:
         "name": p.kind,
         "image": p.image,
         "imagePullPolicy": "IfNotPresent",
-        "command": list(ENTRYPOINT),
     }
-    if p.command is not None:
-        c["args"] = list(p.command)
+    if p.init_container:
+        # The server's own image: no agent in it. The init container left the env script.
+        c["command"] = ["bash", "-c", f'source {STATE_MOUNT}/source_mul_env.sh && exec "$@"',
+                        "server"]
+        c["args"] = list(p.command) if p.command is not None else [DEFAULT_MINDIE_DAEMON]
+        env = [e for e in env if e["name"] in ("MODEL_PATH", "ROLE")]
+    else:
+        c["command"] = _boot_command(p)
+        if p.command is not None:
+            c["args"] = list(p.command)
     c["env"] = env
     if p.kind == "mindie":
         c["ports"] = [{"name": "http", "containerPort": MINDIE_HTTP_PORT, "protocol": "TCP"}]
@@ -354,17 +552,95 @@ def _container(p: ManifestParams, role: str) -> dict[str, Any]:
         c["securityContext"] = {"capabilities": {"add": ["IPC_LOCK"]}}
     c.update(_probes(p, role))
     c["terminationMessagePolicy"] = "FallbackToLogsOnError"
-    mounts: list[dict[str, Any]] = [{"name": "model", "mountPath": p.model_path},
-              {"name": "shm", "mountPath": "/dev/shm"}]
+    c["volumeMounts"] = _mounts(p, agent=not p.init_container)
+    if p.init_container:
+        # The server's image need not have the agent: no probe that runs it.
+        for name in ("startupProbe", "readinessProbe", "livenessProbe"):
+            probe = c.get(name)
+            if probe and probe.get("exec", {}).get("command", [""])[0] == "ascend-node":
+                del c[name]
+    return c
+
+
+STATE_MOUNT = "/run/ascend-node"  # the agent's default state dir (statedir.DEFAULT_STATE_DIR)
+
+
+def _init_container(p: ManifestParams, role: str) -> dict[str, Any]:
+    """`ascend-node ranktable` writing the env script, table, master and world-size files
+    to the pod's emptyDir (images/README.md, "Init container")."""
+    env = [
+        *_env(p, role),
+        {"name": "ASCEND_NODE_STATE_DIR", "value": STATE_MOUNT},
+        {"name": "ASCEND_NODE_MASTER_FILE", "value": f"{STATE_MOUNT}/master"},
+        {"name": "ASCEND_NODE_WORLD_SIZE_FILE", "value": f"{STATE_MOUNT}/world_size"},
+    ]
+    if p.run_as_user is not None:
+        env.append({"name": "ASCEND_NODE_FILE_OWNER", "value": f"{p.run_as_user}:{p.run_as_user}"})
+    c: dict[str, Any] = {
+        "name": "ranktable", "image": p.init_image or p.image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": ["ascend-node", "ranktable"], "env": env,
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+        "volumeMounts": _mounts(p, agent=True, server=False),
+    }
+    return c
+
+
+def _pod_security(uid: int) -> dict[str, Any]:
+    """The pod's user: runAsUser/runAsGroup, and fsGroup so that the volumes that support
+    ownership (emptyDir, most block PVCs; not NFS) are group-writable for it."""
+    sc: dict[str, Any] = {"runAsUser": uid, "runAsGroup": uid}
+    if uid != 0:
+        sc["runAsNonRoot"] = True
+        sc["fsGroup"] = uid
+    return sc
+
+
+def _state_volume(p: ManifestParams) -> bool:
+    """A per-pod emptyDir at the state dir: the init container's hand-over, and a place a
+    non-root agent can write without the fallbacks (docs/deploy.md, "Non-root")."""
+    return p.init_container or p.run_as_user not in (None, 0)
+
+
+def _mounts(p: ManifestParams, agent: bool, server: bool = True) -> list[dict[str, Any]]:
+    mounts: list[dict[str, Any]] = [{"name": "model", "mountPath": p.model_path}]
+    if p.model_pvc is not None:
+        mounts.append({"name": "weights", "mountPath": p.model_dir, "readOnly": True})
+    if server:
+        mounts.append({"name": "shm", "mountPath": "/dev/shm"})
+    if _state_volume(p):
+        mounts.append({"name": "ascend-node-state", "mountPath": STATE_MOUNT})
     if p.mount_driver:
         mounts += [
             {"name": "ascend-driver", "mountPath": "/usr/local/Ascend/driver", "readOnly": True},
             {"name": "hccn-conf", "mountPath": "/etc/hccn.conf", "readOnly": True},
         ]
-    if p.rendezvous_key_secret is not None:
+    if agent and p.rendezvous_key_secret is not None:
         mounts.append({"name": "rendezvous-key", "mountPath": KEY_MOUNT_DIR, "readOnly": True})
-    c["volumeMounts"] = mounts
-    return c
+    if server and p.tls_secret is not None:
+        # One file per mount (subPath): MindIE refuses a symlink, and a Secret volume's
+        # files are symlinks into its ..data directory; a subPath mount is the file itself.
+        mounts += [{"name": "mindie-tls", "mountPath": f"{TLS_HOME}/{rel}", "subPath": key,
+                    "readOnly": True} for key, rel in TLS_ITEMS]
+    return mounts
+
+
+# Where MindIE looks for its certificates: `$MIES_INSTALL_PATH/<value>` for the 16 paths of
+# its shipped config.json (handoff/mindie_startup.py: business, management and metrics
+# endpoints of ServerConfig, and BackendConfig's inter-node TLS). The Secret's key for each
+# is the path under security/ with "/" as "." (Secret keys allow [-._a-zA-Z0-9]).
+TLS_HOME = DEFAULT_MIES_INSTALL_PATH
+TLS_PATHS = (
+    "security/certs/server.pem", "security/keys/server.key.pem", "security/ca/ca.pem",
+    "security/certs/server_crl.pem",
+    "security/certs/management/server.pem", "security/keys/management/server.key.pem",
+    "security/ca/management_ca.pem", "security/management/certs/server_crl.pem",
+    "security/certs/metrics/server.pem", "security/keys/metrics/server.key.pem",
+    "security/ca/metrics_ca.pem", "security/metrics/certs/server_crl.pem",
+    "security/grpc/certs/server.pem", "security/grpc/keys/server.key.pem",
+    "security/grpc/ca/ca.pem", "security/grpc/certs/server_crl.pem",
+)
+TLS_ITEMS = tuple((rel[len("security/"):].replace("/", "."), rel) for rel in TLS_PATHS)
 
 
 # The job's rendezvous key (docs/rendezvous.md, threat model) reaches the agent as a
@@ -402,6 +678,11 @@ def _volumes(p: ManifestParams) -> list[dict[str, Any]]:
         {"name": "model", "persistentVolumeClaim": {"claimName": p.pvc}},
         {"name": "shm", "emptyDir": {"medium": "Memory"}},
     ]
+    if p.model_pvc is not None:
+        vols.append({"name": "weights", "persistentVolumeClaim": {
+            "claimName": p.model_pvc, "readOnly": True}})
+    if _state_volume(p):
+        vols.append({"name": "ascend-node-state", "emptyDir": {}})
     if p.mount_driver:
         vols += [
             {"name": "ascend-driver",
@@ -412,6 +693,10 @@ def _volumes(p: ManifestParams) -> list[dict[str, Any]]:
         vols.append({"name": "rendezvous-key", "secret": {
             "secretName": p.rendezvous_key_secret, "defaultMode": 0o440,
             "items": [{"key": KEY_ITEM, "path": KEY_ITEM}]}})
+    if p.tls_secret is not None:
+        vols.append({"name": "mindie-tls", "secret": {
+            "secretName": p.tls_secret, "defaultMode": 0o400,
+            "items": [{"key": key, "path": key} for key, _ in TLS_ITEMS]}})
     return vols
 
 

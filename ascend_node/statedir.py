@@ -39,6 +39,76 @@ def resolve_state_dir(flag: Optional[Path], environ: Mapping[str, str]) -> Path:
     return Path(raw) if raw else DEFAULT_STATE_DIR
 
 
+def fallback_state_dirs(environ: Mapping[str, str], uid: int) -> list[Path]:
+    """Where the agent keeps its state when the default cannot be written (a non-root
+    image: /run belongs to root), in order: `$XDG_RUNTIME_DIR/ascend-node` (the user's
+    runtime dir, when set), then `/tmp/ascend-node-<uid>` (a per-uid dir, mode 0750,
+    refused unless that uid owns it)."""
+    out = []
+    xdg = environ.get("XDG_RUNTIME_DIR", "").strip()
+    if xdg.startswith("/"):
+        out.append(Path(xdg) / "ascend-node")
+    out.append(Path(f"/tmp/ascend-node-{uid}"))
+    return out
+
+
+def unusable_dir(path: Path, uid: Optional[int] = None) -> Optional[str]:
+    """None when `path` is (or can be made) a directory this process can write; else why.
+    With `uid`, the directory must also be that uid's (a shared /tmp)."""
+    try:
+        path.mkdir(mode=0o750, parents=True, exist_ok=True)
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    if path.is_symlink() or not path.is_dir():
+        return "not a directory"
+    if uid is not None and path.stat().st_uid != uid:
+        return f"owned by uid {path.stat().st_uid}, not {uid}"
+    if not os.access(path, os.W_OK | os.X_OK):
+        return "Permission denied"
+    return None
+
+
+def place_state_dir(path: Path, explicit: bool, environ: Mapping[str, str]
+                    ) -> tuple[Path, Optional[str]]:
+    """(the state dir to use, a note when it is a fallback). An explicit dir that cannot be
+    written is a ConfigError; the default falls back (fallback_state_dirs)."""
+    why = unusable_dir(path)
+    if why is None:
+        return path, None
+    if explicit:
+        raise ConfigError(f"cannot write state dir {path}: {why}",
+                          "set --state-dir / ASCEND_NODE_STATE_DIR to a writable directory")
+    uid = os.getuid()
+    tried = [f"{path} ({why})"]
+    for candidate in fallback_state_dirs(environ, uid):
+        other = unusable_dir(candidate, uid if str(candidate).startswith("/tmp/") else None)
+        if other is None:
+            return candidate, (f"state dir {path} is not writable ({why}) for uid {uid}; "
+                               f"using {candidate}")
+        tried.append(f"{candidate} ({other})")
+    raise ConfigError(f"no writable state dir: {'; '.join(tried)}",
+                      "set --state-dir / ASCEND_NODE_STATE_DIR to a writable directory "
+                      "(e.g. an emptyDir)")
+
+
+def find_state_dir(flag: Optional[Path], environ: Mapping[str, str]) -> Path:
+    """The state dir a reader (`status`, `env`) should look in: the explicit one, else the
+    default, or the first fallback holding a status document (where a non-root agent
+    wrote, place_state_dir). A few stat calls: the probes stay fast."""
+    chosen = resolve_state_dir(flag, environ)
+    if chosen != DEFAULT_STATE_DIR or flag is not None or _readable(chosen / STATUS_JSON):
+        return chosen
+    for candidate in fallback_state_dirs(environ, os.getuid()):
+        if _readable(candidate / STATUS_JSON):
+            return candidate
+    return chosen
+
+
+def _readable(path: Path) -> bool:
+    """A file this process may read (a root-only /run/ascend-node is not one for uid 1001)."""
+    return os.access(path, os.R_OK)
+
+
 def ensure_state_dir(state_dir: Path) -> None:
     """Create the state dir (mode 0750) and its parents; refuse a non-directory."""
     try:

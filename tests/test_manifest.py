@@ -36,7 +36,7 @@ CRD_PATH = ROOT / "fixtures" / "volcano" / "batch.volcano.sh_jobs.yaml"
 
 BASE: dict[str, Any] = {"image": "registry.example.com/mindie:2.1", "pvc": "model-pvc",
                         "run_id": "run-1"}
-TRAIN_CMD = ["bash", "-c", "exec msrun --worker_num=$WORLD_SIZE run.py"]
+TRAIN_CMD = ["run_mindformer.py", "--config", "/mnt/model/pretrain.yaml"]
 
 
 def params(kind: str = "mindie", nodes: int = 2, **kw: Any) -> ManifestParams:
@@ -302,7 +302,8 @@ def test_a_bad_load_timeout_is_a_usage_error(kind, value) -> None:
 )
 def test_entrypoint_is_the_agent(kind, command, args) -> None:
     c = _container(_tasks(render_job(params(kind, 2, command=command)))["worker"])
-    assert c["command"] == ["tini", "--", "ascend-node", "boot", "--"]
+    launcher = ["--launcher", "msrun"] if kind == "training" else []  # the agent runs msrun
+    assert c["command"] == ["tini", "--", "ascend-node", "boot", *launcher, "--"]
     assert c.get("args") == args
 
 
@@ -376,7 +377,7 @@ def test_bad_values_are_named(overrides, bad) -> None:
 
 
 def test_training_needs_a_launcher() -> None:
-    with pytest.raises(UsageError, match="no launcher command"):
+    with pytest.raises(UsageError, match="training manifest has no command"):
         ManifestParams(kind="training", name="t", nodes=2, **BASE)
 
 
@@ -547,16 +548,17 @@ def test_manifest_cli_renders_a_fresh_key_secret_beside_the_job(validator) -> No
     assert both.exit_code == 2
 
 
-@pytest.mark.parametrize(("flag", "value"), [("--no-https", "0"), ("--https", "1"), (None, None)])
+@pytest.mark.parametrize(("flag", "value"), [("--no-https", "0"),
+                                             ("--https --tls-secret certs", "1"), (None, "0")])
 def test_manifest_https_choice_reaches_every_pod_as_the_boot_setting(validator, flag, value
                                                                      ) -> None:
     """`boot` refuses MindIE's shipped https config without certificates; the rendered Job
-    can say plain http (or insist on https) for every pod, or leave the image to decide."""
+    always says which: plain http by default, https with the certificates of a Secret."""
     from typer.testing import CliRunner
 
     from ascend_node.cli import app
 
-    args = ["manifest", "--kind", "mindie", "--json"] + ([flag] if flag else [])
+    args = ["manifest", "--kind", "mindie", "--json"] + (flag.split() if flag else [])
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     job = json.loads(result.stdout)

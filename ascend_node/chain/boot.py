@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shlex
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -18,10 +19,10 @@ from typing import Any, NoReturn, Optional
 
 from ascend_node import events
 from ascend_node.chain.table import TableResult, leave_summary
-from ascend_node.errors import ConfigError
+from ascend_node.errors import ConfigError, UsageError
 from ascend_node.handoff.exec import check_interpreter, exec_command
 from ascend_node.handoff.install import WHEEL_DIR_ENV, install_atb_wheel, wheel_dirs_from_env
-from ascend_node.handoff.launchers import LAUNCHERS, USER_WINS, plan_launch
+from ascend_node.handoff.launchers import LAUNCHERS, USER_WINS, check_msrun_args, plan_launch
 from ascend_node.handoff.mindie_config import (
     config_path_from_env,
     load_config,
@@ -29,7 +30,14 @@ from ascend_node.handoff.mindie_config import (
     render_config,
     write_config,
 )
-from ascend_node.handoff.mindie_startup import DiskView, facts_from_env, startup_problems, summarise
+from ascend_node.handoff.mindie_startup import (
+    MODEL_NAME_RULE,
+    DiskView,
+    facts_from_env,
+    model_name_ok,
+    startup_problems,
+    summarise,
+)
 from ascend_node.handoff.outputs import StatusDoc, write_env, write_status
 from ascend_node.handoff.server_env import (
     HCCL_ROOTINFO,
@@ -56,12 +64,20 @@ class BootOptions:
     tls_certs: bool = False
     model_name: Optional[str] = None
     model_weight_path: Optional[str] = None
+    launcher_args: tuple[str, ...] = ()
+
+
+MODEL_DIR_ENV = "ASCEND_NODE_MODEL_DIR"
+LAUNCHER_ARGS_ENV = "ASCEND_NODE_LAUNCHER_ARGS"
 
 
 def boot_options_from_env(
     environ: Mapping[str, str], launcher: Optional[str], command: Sequence[str],
     https: Optional[bool], model_name: Optional[str], model_weight_path: Optional[str],
+    model_dir: Optional[str] = None, launcher_args: Optional[str] = None,
 ) -> BootOptions:
+    """The boot-only options, flag over environment; a refused flag is a usage error (2),
+    a refused variable a ConfigError (1), as for every setting (settings.py)."""
     chosen = launcher or environ.get("ASCEND_NODE_LAUNCHER", "").strip() or "mindie"
     if chosen not in LAUNCHERS:
         raise ConfigError(f"launcher {chosen!r} is not one of {', '.join(LAUNCHERS)}",
@@ -69,11 +85,54 @@ def boot_options_from_env(
     if https is None:
         https = _env_bool(environ, "ASCEND_NODE_HTTPS", "--https / --no-https")
     certs = _env_bool(environ, "ASCEND_NODE_TLS_CERTS") is True
+    name, name_from = _pick(model_name, "--model-name", environ, "MODEL_NAME")
+    # MODEL_NAME is a common name: only MindIE's boot reads it (a training image may hold
+    # anything there); the flag is refused for any launcher.
+    if name is not None and (chosen == "mindie" or model_name) and not model_name_ok(name):
+        _refuse(name_from, f"{name_from} {name!r} is a modelName MindIE refuses",
+                f"use {MODEL_NAME_RULE}")
+    # modelWeightPath: the model's own directory when one is given, else MODEL_PATH (which
+    # is also the shared directory the rendezvous uses, docs/deploy.md).
+    weights, weights_from = _pick(model_weight_path or model_dir,
+                                  "--model-weight-path" if model_weight_path else "--model-dir",
+                                  environ, MODEL_DIR_ENV)
+    if weights is not None and not weights.startswith("/"):
+        _refuse(weights_from, f"{weights_from} {weights!r} is not an absolute path",
+                "give the directory holding the model's config.json and weights")
+    if weights is None:
+        weights = environ.get("MODEL_PATH") or None
+    args_text, args_from = _pick(launcher_args, "--launcher-args", environ, LAUNCHER_ARGS_ENV)
+    extra: tuple[str, ...] = ()
+    if args_text is not None:
+        try:
+            if chosen != "msrun":
+                raise UsageError(f"{args_from} is for msrun, not launcher {chosen}",
+                                 "give the launcher's options in the command after --")
+            extra = tuple(check_msrun_args(shlex.split(args_text)))
+        except ValueError as exc:  # shlex: an unclosed quote
+            _refuse(args_from, f"{args_from} {args_text!r} is not shell words: {exc}",
+                    "quote it as a shell would")
+        except UsageError as exc:
+            _refuse(args_from, f"{args_from}: {exc.cause}", exc.hint)
     return BootOptions(
         launcher=chosen, command=tuple(command), https=https, tls_certs=certs,
-        model_name=model_name or environ.get("MODEL_NAME") or None,
-        model_weight_path=model_weight_path or environ.get("MODEL_PATH") or None,
+        model_name=name, model_weight_path=weights, launcher_args=extra,
     )
+
+
+def _pick(flag_value: Optional[str], flag: str, environ: Mapping[str, str], var: str
+          ) -> tuple[Optional[str], str]:
+    """(value, what it came from) — the flag, else the variable (blank = unset)."""
+    if flag_value is not None and flag_value != "":
+        return flag_value, flag
+    raw = environ.get(var, "").strip()
+    return (raw, var) if raw else (None, var)
+
+
+def _refuse(source: str, cause: str, hint: str) -> NoReturn:
+    if source.startswith("--"):
+        raise UsageError(cause, hint)
+    raise ConfigError(cause, f"{hint}; or fix or unset {source}")
 
 
 def _env_bool(environ: Mapping[str, str], name: str, flag: str = "") -> Optional[bool]:
@@ -143,6 +202,7 @@ def prepare_exec(
         opts.launcher, table=result.table, container_ip=identity.pod_ip,
         command=list(opts.command) or None, rank_table_file=result.env["RANK_TABLE_FILE"],
         mindie_env=table_env, master_port=settings.master_port, seconds_left=seconds_left,
+        launcher_args=opts.launcher_args,
     )
     nic = _nic_env(opts.launcher, identity.pod_ip, env)
     planned = {k: v for k, v in launch.env.items() if not (k in USER_WINS and env.get(k))}

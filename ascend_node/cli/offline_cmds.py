@@ -147,12 +147,44 @@ def manifest(
         "--rendezvous-key-secret", help="Mount this existing Secret (item `key`) as the "
         "job's rendezvous key", show_default=False)] = None,
     https: Annotated[Optional[bool], typer.Option(
-        "--https/--no-https", help="Render ASCEND_NODE_HTTPS: MindIE serves https (its "
-        "certificates must be in the image or mounted) or plain http (default: the image's "
-        "config.json decides; MindIE's shipped one says https)", show_default=False)] = None,
+        "--https/--no-https", help="MindIE serves https, with the certificates of "
+        "--tls-secret, or plain http (default: --no-https, for a cluster-internal Service)",
+        show_default=False)] = None,
     load_timeout: Annotated[Optional[int], typer.Option(
         "--load-timeout", help="Seconds MindIE may load its weights after exec before the "
         "startup probe gives up (7200)", show_default=False)] = None,
+    tls_secret: Annotated[Optional[str], typer.Option(
+        "--tls-secret", help="With --https: the Secret holding MindIE's 16 certificate files, "
+        "mounted where MindIE looks for them (docs/deploy.md)", show_default=False)] = None,
+    model_dir: Annotated[Optional[str], typer.Option(
+        "--model-dir", help="MindIE's modelWeightPath: a directory under --model-path, or "
+        "where --model-pvc is mounted (default: --model-path)", show_default=False)] = None,
+    model_pvc: Annotated[Optional[str], typer.Option(
+        "--model-pvc", help="A claim holding the weights, mounted read-only at --model-dir",
+        show_default=False)] = None,
+    model_name: Annotated[Optional[str], typer.Option(
+        "--model-name", help="MindIE's modelName (default: the image's config.json)",
+        show_default=False)] = None,
+    run_as_user: Annotated[Optional[int], typer.Option(
+        "--run-as-user", help="Run the pods as this uid (and gid): securityContext, fsGroup "
+        "and a state emptyDir (MindIE's images: 1001)", show_default=False)] = None,
+    launcher: Annotated[Optional[str], typer.Option(
+        "--launcher", help="Training: msrun (default) or torch; `boot` runs it",
+        show_default=False)] = None,
+    master_port: Annotated[Optional[int], typer.Option(
+        "--master-port", help="Training: the launcher's port (msrun 8118, torchrun 29500)",
+        show_default=False)] = None,
+    msrun_log_dir: Annotated[Optional[str], typer.Option(
+        "--msrun-log-dir", help="Training with msrun: its --log_dir", show_default=False)
+    ] = None,
+    bind_core: Annotated[bool, typer.Option(
+        "--bind-core", help="Training with msrun: --bind_core=True")] = False,
+    init_container: Annotated[bool, typer.Option(
+        "--init-container", help="MindIE: `ascend-node ranktable` in an init container, the "
+        "server image runs unchanged (images/README.md)")] = False,
+    init_image: Annotated[Optional[str], typer.Option(
+        "--init-image", help="With --init-container: the agent's image (default: --image)",
+        show_default=False)] = None,
     json_out: Json = False, debug: Debug = False,
 ) -> None:
     """Render a Volcano Job for MindIE multi-node or training (command after `--`)."""
@@ -183,7 +215,10 @@ def manifest(
             rdma_resource=rdma_resource, queue=queue, timeout=timeout,
             command=list(ctx.args) or None, npu_resource=npu_resource,
             mount_driver=not no_driver_mounts, a3=a3, rendezvous_key_secret=key_secret,
-            https=https, load_timeout=load_timeout,
+            https=https, load_timeout=load_timeout, tls_secret=tls_secret, model_dir=model_dir,
+            model_pvc=model_pvc, model_name=model_name, run_as_user=run_as_user, launcher=launcher,
+            master_port=master_port, msrun_log_dir=msrun_log_dir, bind_core=bind_core,
+            init_container=init_container, init_image=init_image,
         )
         secret = None
         if rendezvous_key:

@@ -5,6 +5,7 @@ No `from __future__ import annotations` here (see `app`).
 
 import os
 import signal
+import sys
 from typing import Annotated, Any, Callable, Optional
 
 import typer
@@ -61,6 +62,19 @@ def _status_writer(settings_box: dict[str, Any], command: str
                 state="failed", phase=command, command=command, exit_code=code,
                 message=cause, run_id=settings.run_id))
     return write
+
+def _placed(settings: Any, verbose: bool) -> Any:
+    """The outputs' paths checked (and defaults moved) before the rendezvous."""
+    from ascend_node.handoff.placement import FALLBACK_NAMES, place_outputs
+
+    placed = place_outputs(settings, os.environ)
+    if verbose:
+        for name in ("state_dir", *FALLBACK_NAMES):
+            if placed.sources.get(name, "").startswith("fallback"):
+                print(f"ascend-node: setting {name} = {getattr(placed, name)!r}  "
+                      f"[{placed.sources[name]}]", file=sys.stderr)
+    return placed
+
 
 @app.command(rich_help_panel=IN_THE_POD)
 def discover(
@@ -142,7 +156,7 @@ def ranktable(
         from ascend_node.chain.table import ranktable as run_ranktable
         from ascend_node.handoff.outputs import StatusDoc, write_status
 
-        settings = settings_from(verbose, **option_flags(locals()))
+        settings = _placed(settings_from(verbose, **option_flags(locals())), verbose)
         box["settings"] = settings
         from ascend_node.preflight.policy import effective_policy
 
@@ -184,8 +198,15 @@ def boot(
     model_name: Annotated[Optional[str], typer.Option(
         "--model-name", help="MindIE modelName (env MODEL_NAME)", show_default=False)] = None,
     model_weight_path: Annotated[Optional[str], typer.Option(
-        "--model-weight-path", help="MindIE modelWeightPath (env MODEL_PATH)",
+        "--model-weight-path", help="MindIE modelWeightPath (same as --model-dir)",
         show_default=False)] = None,
+    model_dir: Annotated[Optional[str], typer.Option(
+        "--model-dir", help="The model's directory, MindIE's modelWeightPath (env "
+        "ASCEND_NODE_MODEL_DIR, else MODEL_PATH); the shared dir stays --shared-dir",
+        show_default=False)] = None,
+    launcher_args: Annotated[Optional[str], typer.Option(
+        "--launcher-args", help="msrun's own options, e.g. '--log_dir=/x --bind_core=True' "
+        "(env ASCEND_NODE_LAUNCHER_ARGS)", show_default=False)] = None,
     verbose: Verbose = False, debug: Debug = False,
 ) -> None:
     """Steps 1-8: rank table, atb_llm wheel, set_env, MindIE config, then exec the server.
@@ -200,10 +221,10 @@ def boot(
         from ascend_node.chain.boot import boot_options_from_env
         from ascend_node.chain.table import ranktable as run_ranktable
 
-        settings = settings_from(verbose, **option_flags(locals()))
+        settings = _placed(settings_from(verbose, **option_flags(locals())), verbose)
         box["settings"] = settings
         opts = boot_options_from_env(os.environ, launcher, list(ctx.args), https,
-                                     model_name, model_weight_path)
+                                     model_name, model_weight_path, model_dir, launcher_args)
         from ascend_node.preflight.policy import effective_policy
 
         policy = effective_policy(settings.preflight, "boot", opts.launcher)
@@ -224,11 +245,14 @@ def env_cmd(
 
         if fmt not in ("sh", "json"):
             raise UsageError(f"--format {fmt!r} is not one of sh, json", "use --format sh|json")
-        settings = settings_from(False, state_dir=state_dir)
-        env = read_env(settings.state_dir)
+        from ascend_node.statedir import find_state_dir
+
+        settings_from(False, state_dir=state_dir)  # refuses a bad ASCEND_NODE_STATE_DIR
+        where = find_state_dir(state_dir, os.environ)  # where a non-root agent wrote
+        env = read_env(where)
         if env is None:
             raise ConfigError(
-                f"no completed bootstrap in {settings.state_dir} (no env.json)",
+                f"no completed bootstrap in {where} (no env.json)",
                 "run `ascend-node ranktable` or `ascend-node boot` first, or pass --state-dir")
         if fmt == "json":
             emit({"env": env})
@@ -256,7 +280,7 @@ def status(
     """This container's bootstrap state: exit 0 done, 1 failed, 3 in progress (for probes)."""
     with exit_codes(debug_on(debug)):
         from ascend_node.errors import UsageError
-        from ascend_node.statedir import resolve_state_dir
+        from ascend_node.statedir import find_state_dir
         from ascend_node.status import current_status, serving_status, wait_for_status
 
         if live and not serving:
@@ -266,7 +290,7 @@ def status(
         if not 0 < serving_timeout <= 300:
             raise UsageError(f"--serving-timeout {serving_timeout:g} is out of range",
                              "use seconds from 0.1 to 300")
-        where = resolve_state_dir(state_dir, os.environ)  # not the settings model: probes
+        where = find_state_dir(state_dir, os.environ)  # not the settings model: probes
         if serving:
             view = serving_status(where, os.environ, "live" if live else "ready",
                                   serving_timeout)

@@ -200,12 +200,36 @@ def msrun_interpreter(command: Sequence[str]) -> Optional[str]:
     return first if first in MSRUN_OWN_INTERPRETERS else "python"
 
 
+# msrun options the agent computes from the table and its time left: a user's copy would
+# contradict the world every node derives from the same table.
+MSRUN_AGENT_OPTIONS = ("worker_num", "local_worker_num", "master_addr", "master_port",
+                       "node_rank", "cluster_time_out", "join")
+
+
+def check_msrun_args(args: Sequence[str]) -> list[str]:
+    """msrun's own options passed through the agent (`--log_dir=…`, `--bind_core=True`, …):
+    `--name=value` words, none of the agent's (UsageError naming the first bad one)."""
+    out = []
+    for arg in args:
+        name = arg[2:].partition("=")[0] if arg.startswith("--") else ""
+        if not name or "=" not in arg:
+            raise UsageError(f"launcher argument {arg!r} is not --name=value",
+                             "e.g. --launcher-args='--log_dir=/mnt/model/msrun_log "
+                             "--bind_core=True'")
+        if name in MSRUN_AGENT_OPTIONS:
+            raise UsageError(f"launcher argument {arg!r}: the agent sets msrun's --{name} "
+                             "from the rank table", "leave it out (docs/launchers.md)")
+        out.append(arg)
+    return out
+
+
 def msrun_launch(
     table: Mapping[str, Any],
     container_ip: str,
     command: Optional[Sequence[str]],
     master_port: int = DEFAULT_MSRUN_PORT,
     cluster_time_out: Optional[int] = None,
+    extra: Sequence[str] = (),
 ) -> Launch:
     """`msrun --worker_num=… --local_worker_num=… --master_addr=… --master_port=…
     [--node_rank=…] [--cluster_time_out=…] --join=True SCRIPT ARGS…`.
@@ -232,6 +256,7 @@ def msrun_launch(
         argv.append(f"--node_rank={node.server_index}")
     if cluster_time_out is not None:
         argv.append(f"--cluster_time_out={cluster_time_out}")
+    argv += check_msrun_args(extra)
     argv.append("--join=True")
     interpreter = msrun_interpreter(user)
     check = InterpreterCheck(interpreter, "mindspore", "msrun") if interpreter else None
@@ -325,9 +350,13 @@ def plan_launch(
     mindie_env: Optional[Mapping[str, str]] = None,
     master_port: Optional[int] = None,
     seconds_left: Optional[float] = None,
+    launcher_args: Sequence[str] = (),
 ) -> Launch:
     """Dispatch on the launcher name (one of LAUNCHERS); `table` may be None for mindie.
     `seconds_left` is what remains of the agent's `--timeout` (msrun's cluster timeout)."""
+    if launcher_args and launcher != "msrun":
+        raise UsageError(f"launcher arguments are msrun's; launcher {launcher} takes its "
+                         "options in the command", "give them after --")
     if launcher == "mindie":
         return mindie_launch(mindie_env or {}, command)
     if launcher not in LAUNCHERS:
@@ -337,7 +366,7 @@ def plan_launch(
     if launcher == "msrun":
         timeout = None if seconds_left is None else msrun_cluster_timeout(seconds_left)
         return msrun_launch(table, container_ip, command, master_port or DEFAULT_MSRUN_PORT,
-                            timeout)
+                            timeout, launcher_args)
     if launcher == "torch":
         wait = None if seconds_left is None else torch_rdzv_timeout(seconds_left)
         return torch_launch(table, container_ip, command, master_port or DEFAULT_TORCH_PORT,
