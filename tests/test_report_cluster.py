@@ -125,6 +125,7 @@ def test_simulate_report_draws_the_simulated_job(tmp_path):
     assert timeline[0].startswith("run sim, attempt ") and "3 of 3 nodes" in timeline[0]
     assert [ln.split()[:2] for ln in timeline[2:5]] == [["0", "m0"], ["1", "w0"], ["2", "w1"]]
     assert any(ln.startswith("last arrival: ") for ln in timeline)
+    (tmp_path / "j").mkdir()  # simulate creates no --shared-dir (issue 27)
     as_json = subprocess.run([sys.executable, "-m", "ascend_node", "simulate", "--nodes", "2",
                               "--devices", "2", "--shared-dir", str(tmp_path / "j"),
                               "--report", "--json"],
