@@ -174,8 +174,10 @@ class Run:
         return int((self.shared / SIM_DIR / pod).read_text().splitlines()[0].split("=")[1])
 
 
-# One line per case. Part A's flags add theirs here once they land (tried on a merge of
-# both branches: all three pass):
+# One line per case. Part A's flags add theirs here once they land. Tried on a merge of
+# both branches (2026-12-04): stock-defaults and model-dir pass; non-root fails in boot:
+# `pip install atb_llm… Permission denied: '/.local'` (uid 1001 has no home in the image,
+# the kubelet sets HOME=/, site-packages is root's) — a finding for the non-root work:
 #   pytest.param([], {}, id="stock-defaults"),   # the stock config.json, no TLS flag
 #   pytest.param(["--run-as-user", "1001"], {}, id="non-root"),
 #   pytest.param(["--model-dir", f"{MODEL_PATH}/llama"], {}, id="model-dir"),
