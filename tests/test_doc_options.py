@@ -24,10 +24,12 @@ _VAR = re.compile(r"(?<![A-Za-z0-9_])ASCEND_NODE_[A-Z0-9_]*[A-Z0-9]")
 FOREIGN: dict[str, frozenset[str]] = {
     # MindSpore's msrun and torch's torchrun, as docs/launchers.md shows them.
     "msrun": frozenset({"--worker_num", "--local_worker_num", "--master_addr", "--master_port",
-                        "--node_rank", "--log_dir", "--join", "--cluster_time_out"}),
+                        "--node_rank", "--log_dir", "--join", "--cluster_time_out",
+                        "--bind_core"}),
     "torchrun": frozenset({"--rdzv_backend", "--rdzv_conf"}),
     "pytest": frozenset({"--durations"}),
-    "kubectl": frozenset({"--dry-run", "--from-literal"}),
+    "kubectl": frozenset({"--dry-run", "--from-literal", "--from-file"}),
+    "curl (docs/deploy.md)": frozenset({"--cacert"}),
     "pip": frozenset({"--no-index", "--find-links"}),
     "podman / buildah / Containerfile RUN": frozenset({
         "--no-cache", "--build-arg", "--cgroup-parent", "--change", "--entrypoint", "--hostname",

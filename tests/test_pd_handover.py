@@ -152,7 +152,7 @@ def test_the_controller_is_refused_before_exec(tmp_path: Path) -> None:
     config = tmp_path / "ms_controller.json"
     config.write_text(json.dumps(SHIPPED))  # single-node: refuses 3 instances
     program = fake_program(tmp_path, "mindie_motor_controller")
-    done, report = pd_boot(tmp_path, "controller", program, "--config", str(config),
+    done, report = pd_boot(tmp_path, "controller", program, "--motor-config", str(config),
                            MINDX_TASK_ID="job-1")
     assert done.returncode == 1 and report == {}
     lines = done.stderr.strip().splitlines()
@@ -166,7 +166,7 @@ def test_the_controller_waits_for_the_table_then_times_out(tmp_path: Path) -> No
     config = tmp_path / "ms_controller.json"
     config.write_text(json.dumps(multi_node()))
     program = fake_program(tmp_path, "mindie_motor_controller")
-    done, report = pd_boot(tmp_path, "controller", program, "--config", str(config),
+    done, report = pd_boot(tmp_path, "controller", program, "--motor-config", str(config),
                            ASCEND_NODE_TIMEOUT="2")
     assert done.returncode == 4 and report == {}
     assert "no global rank table at" in done.stderr and "after 2 s" in done.stderr

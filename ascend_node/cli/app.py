@@ -14,7 +14,6 @@ supports Python 3.9 reads option metadata from evaluated `Annotated` hints only.
 
 import contextlib
 import json
-import logging
 import os
 import re
 import signal
@@ -181,6 +180,8 @@ def _exit_if_abandoned(code: int) -> None:
             sys.stdout.flush()
         with contextlib.suppress(Exception):
             sys.stderr.flush()
+        import logging  # loaded already by then (the rendezvous logs); not on a probe's path
+
         logging.shutdown()
         os._exit(code)
 

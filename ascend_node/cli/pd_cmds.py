@@ -94,7 +94,7 @@ def pd_table(
 def pd_boot(
     ctx: typer.Context,
     config: Annotated[Optional[Path], typer.Option(
-        "--config", help="The role's MindIE-Motor configuration [default: "
+        "--motor-config", help="The role's MindIE-Motor configuration [default: "
         "MINDIE_MS_CONTROLLER_CONFIG_FILE_PATH or MINDIE_MS_COORDINATOR_CONFIG_FILE_PATH]",
         metavar="FILE", show_default=False)] = None,
     shared_dir: SharedDir = None, run_id: RunId = None, timeout: Timeout = None,
