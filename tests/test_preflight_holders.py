@@ -10,7 +10,7 @@ import time
 import pytest
 
 from ascend_node.sim.cluster import launch
-from ascend_node.sim.fake_tools import npu_smi_info_text, write_ascend_root, write_node_data
+from ascend_node.sim.fake_tools import npu_smi_info_text, write_node_data
 from tests.cluster_helpers import codes, explain, make_nodes
 
 pytestmark = pytest.mark.multiprocess
@@ -47,8 +47,6 @@ def test_a_holder_that_ends_within_the_wait_is_waited_for(tmp_path, monkeypatch)
     import ascend_node.sim.cluster as cluster
 
     monkeypatch.setattr(cluster, "write_node_data", keep_busy)
-    for node in nodes:
-        write_ascend_root(node.state_dir.parent / "Ascend", node.cann)
     releaser = threading.Thread(target=release)
     releaser.start()
     try:

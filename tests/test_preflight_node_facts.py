@@ -408,3 +408,19 @@ def test_net_health_and_netdetect_from_the_captures():
         cause, _ = explain(state, 3, None)
         assert "does not know" not in cause, state
     assert "does not know ('Bogus')" in explain("Bogus", 3, None)[0]
+
+
+def test_gather_node_names_what_it_could_not_find(tmp_path):
+    from ascend_node.preflight.gather import gather_node
+
+    run, _ = _runner(["dcmi init failed\n"])
+    facts = gather_node([0, 1], "npu-smi", {"HCCL_IF_BASE_PORT": "x"}, tmp_path / "none", 5,
+                        0.0, run, proc_net=tmp_path, proc_sys=tmp_path)
+    assert facts.holders is None and facts.cann is None and facts.driver is None
+    assert facts.ports is None
+    assert facts.hccl_problems == ("HCCL_IF_BASE_PORT='x' is not an integer in [0, 65520]",)
+    assert any("no process table" in u for u in facts.unknown)
+    # A kernel without /proc/net/tcp: the ports are unknown, with the reason.
+    ok = gather_node([0], "npu-smi", {}, tmp_path, 5, 0.0, run, proc_net=tmp_path,
+                     proc_sys=tmp_path)
+    assert ok.ports is None and any(u.startswith("host ports:") for u in ok.unknown)
