@@ -4,10 +4,13 @@ judgement of them, device ids for MindIE, and what boot changes in the server's 
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ascend_node.discover.hccl_ports import (
     HostPorts,
@@ -424,3 +427,34 @@ def test_gather_node_names_what_it_could_not_find(tmp_path):
     ok = gather_node([0], "npu-smi", {}, tmp_path, 5, 0.0, run, proc_net=tmp_path,
                      proc_sys=tmp_path)
     assert ok.ports is None and any(u.startswith("host ports:") for u in ok.unknown)
+
+
+# ------------------------------------------------------------------ any text
+
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=400))
+def test_parsers_fail_only_with_their_own_error(text):
+    from ascend_node.discover.hccl_settings import VersionFileError
+
+    for parse, allowed in ((parse_npu_processes, ProcessTableError),
+                           (parse_proc_net_tcp, ValueError),
+                           (parse_reserved_ports, PortSpecError),
+                           (parse_toolkit_version, VersionFileError),
+                           (parse_driver_version, VersionFileError)):
+        with contextlib.suppress(allowed):
+            parse(text)
+    for name in ("HCCL_IF_BASE_PORT", "HCCL_HOST_SOCKET_PORT_RANGE"):
+        with contextlib.suppress(PortSpecError):
+            host_ports({name: text})
+    setting_problems({"HCCL_CONNECT_TIMEOUT": text, "HCCL_NPU_SOCKET_PORT_RANGE": text})
+    # An npu-smi table with that text as a process name still parses or fails cleanly.
+    with contextlib.suppress(ProcessTableError):
+        parse_npu_processes(capture("a2-910b4-2npu-vllm-running.txt").replace(
+            "VLLMWorker_TP", text.replace("\n", " "), 1))
+
+
+def test_unicode_digits_are_not_ports():
+    with pytest.raises(PortSpecError):
+        host_ports({"HCCL_IF_BASE_PORT": "\uff16\uff10\uff10\uff10\uff10"})  # fullwidth
