@@ -4,10 +4,13 @@ judgement of them, device ids for MindIE, and what boot changes in the server's 
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ascend_node.discover.hccl_ports import (
     HostPorts,
@@ -408,3 +411,50 @@ def test_net_health_and_netdetect_from_the_captures():
         cause, _ = explain(state, 3, None)
         assert "does not know" not in cause, state
     assert "does not know ('Bogus')" in explain("Bogus", 3, None)[0]
+
+
+def test_gather_node_names_what_it_could_not_find(tmp_path):
+    from ascend_node.preflight.gather import gather_node
+
+    run, _ = _runner(["dcmi init failed\n"])
+    facts = gather_node([0, 1], "npu-smi", {"HCCL_IF_BASE_PORT": "x"}, tmp_path / "none", 5,
+                        0.0, run, proc_net=tmp_path, proc_sys=tmp_path)
+    assert facts.holders is None and facts.cann is None and facts.driver is None
+    assert facts.ports is None
+    assert facts.hccl_problems == ("HCCL_IF_BASE_PORT='x' is not an integer in [0, 65520]",)
+    assert any("no process table" in u for u in facts.unknown)
+    # A kernel without /proc/net/tcp: the ports are unknown, with the reason.
+    ok = gather_node([0], "npu-smi", {}, tmp_path, 5, 0.0, run, proc_net=tmp_path,
+                     proc_sys=tmp_path)
+    assert ok.ports is None and any(u.startswith("host ports:") for u in ok.unknown)
+
+
+# ------------------------------------------------------------------ any text
+
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=400))
+def test_parsers_fail_only_with_their_own_error(text):
+    from ascend_node.discover.hccl_settings import VersionFileError
+
+    for parse, allowed in ((parse_npu_processes, ProcessTableError),
+                           (parse_proc_net_tcp, ValueError),
+                           (parse_reserved_ports, PortSpecError),
+                           (parse_toolkit_version, VersionFileError),
+                           (parse_driver_version, VersionFileError)):
+        with contextlib.suppress(allowed):
+            parse(text)
+    for name in ("HCCL_IF_BASE_PORT", "HCCL_HOST_SOCKET_PORT_RANGE"):
+        with contextlib.suppress(PortSpecError):
+            host_ports({name: text})
+    setting_problems({"HCCL_CONNECT_TIMEOUT": text, "HCCL_NPU_SOCKET_PORT_RANGE": text})
+    # An npu-smi table with that text as a process name still parses or fails cleanly.
+    with contextlib.suppress(ProcessTableError):
+        parse_npu_processes(capture("a2-910b4-2npu-vllm-running.txt").replace(
+            "VLLMWorker_TP", text.replace("\n", " "), 1))
+
+
+def test_unicode_digits_are_not_ports():
+    with pytest.raises(PortSpecError):
+        host_ports({"HCCL_IF_BASE_PORT": "\uff16\uff10\uff10\uff10\uff10"})  # fullwidth

@@ -44,6 +44,12 @@ class HostPorts:
     text: str  # `60000-60031`, as a message shows it
 
 
+def _digits(text: str) -> bool:
+    """ASCII digits only (`str.isdigit` also takes Arabic-Indic and fullwidth digits)."""
+    text = text.strip()
+    return 0 < len(text) <= 10 and text.isascii() and text.isdigit()
+
+
 def port_count(cann: Optional[str]) -> int:
     """16 ports up to CANN 8.0, 32 from 8.1 on (unknown: 32, the larger)."""
     if cann:
@@ -62,7 +68,7 @@ def parse_port_list(name: str, text: str) -> tuple[int, ...]:
     for raw in text.split(","):
         part = raw.strip()
         low, sep, high = part.partition("-")
-        if not low.strip().isdigit() or (sep and not high.strip().isdigit()):
+        if not _digits(low) or (sep and not _digits(high)):
             raise PortSpecError(f"{name}={text!r}: {part!r} is not a port or a range")
         first, last = int(low), int(high) if sep else int(low)
         if not 1 <= first <= last <= 65535:
@@ -101,7 +107,7 @@ def host_ports(environ: Mapping[str, str], cann: Optional[str] = None) -> HostPo
     variable = "HCCL_IF_BASE_PORT" if base_text else "default"
     base = DEFAULT_BASE_PORT
     if base_text:
-        if not base_text.isdigit() or int(base_text) > BASE_PORT_MAX:
+        if not _digits(base_text) or int(base_text) > BASE_PORT_MAX:
             raise PortSpecError(f"HCCL_IF_BASE_PORT={base_text!r} is not an integer in "
                                 f"[0, {BASE_PORT_MAX}]")
         base = int(base_text)
@@ -146,7 +152,7 @@ def parse_reserved_ports(text: str) -> frozenset[int]:
 def parse_port_range(text: str) -> tuple[int, int]:
     """`net.ipv4.ip_local_port_range`: `32768\t60999`."""
     parts = text.split()
-    if len(parts) != 2 or not all(p.isdigit() for p in parts):
+    if len(parts) != 2 or not all(_digits(p) for p in parts):
         raise ValueError(f"unreadable ip_local_port_range {text.strip()!r}")
     return int(parts[0]), int(parts[1])
 

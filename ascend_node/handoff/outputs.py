@@ -131,7 +131,11 @@ def write_env(state_dir: Path, env: Mapping[str, str], owner: Optional[tuple[int
               unset: Sequence[str] = (), notes: Sequence[str] = ()) -> None:
     _write(state_dir / ENV_SCRIPT, render_env_script(env, unset).encode(), 0o640, owner)
     doc = EnvDoc(env=dict(env), unset=list(unset), notes=list(notes))
-    _write(state_dir / ENV_JSON, (doc.model_dump_json(indent=2) + "\n").encode(), 0o640, owner)
+    # `unset`/`notes` only when boot changed or noticed something: env.json stays the
+    # contract's file otherwise.
+    empty = {k for k in ("unset", "notes") if not getattr(doc, k)}
+    _write(state_dir / ENV_JSON, (doc.model_dump_json(indent=2, exclude=empty) + "\n").encode(),
+           0o640, owner)
 
 
 M = TypeVar("M", bound=BaseModel)

@@ -38,7 +38,8 @@ log = logging.getLogger("ascend_node.preflight")
 class HealthProbe:
     """This node's device health for the rendezvous, gathered in the background while
     discovery asks for the device IPs (the same tool, other queries), so the pre-flight
-    adds about nothing to the time before this node can publish."""
+    adds about nothing to the time before this node can publish. With a `NodeProbe`, the
+    node-wide facts (`gather.gather_node`) are gathered beside them, in a second thread."""
 
     def __init__(self, policy: str, tool_timeout: float,
                  node: Optional[NodeProbe] = None) -> None:
