@@ -50,8 +50,10 @@ def test_a_master_file_in_a_missing_directory_is_named_and_not_created(tmp_path:
     env = {**node.env, "ASCEND_NODE_MASTER_FILE": str(missing / "master")}
     done = subprocess.run(node.argv, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 1, done.stderr
-    assert (f"ascend-node: error: cannot write {missing / 'master'}: directory {missing} "
-            "does not exist") in done.stderr
+    # Named before the rendezvous (handoff.placement), with where the path came from.
+    assert (f"ascend-node: error: cannot write {missing / 'master'} (environment "
+            f"ASCEND_NODE_MASTER_FILE): directory {missing} does not exist") in done.stderr
+    assert "joining run" not in done.stderr
     assert not (tmp_path / "no").exists()
 
 

@@ -232,3 +232,61 @@ def test_default_python_is_the_current_interpreter() -> None:
 
     default = inspect.signature(install_atb_wheel).parameters["python"].default
     assert default == sys.executable
+
+
+NOBODY = 65534
+
+
+SYSTEM_PYTHON = "/usr/bin/python3"  # one that uid 65534 may run (this tree's may be root's)
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv")
+                    or not os.access(SYSTEM_PYTHON, os.X_OK),
+                    reason="installs as another uid (root, setpriv, /usr/bin/python3)")
+def test_a_non_root_agent_installs_under_its_state_dir_and_the_server_finds_it() -> None:
+    """uid 65534 with HOME=/ (what a MindIE image's uid 1001 often has): pip's own user
+    fallback would fail on '/.local'; the wheel goes under the state dir instead, first on
+    the server's PYTHONPATH. A venv whose site-packages belongs to root, as an
+    image's interpreter's does."""
+    import tempfile
+
+    work = Path(tempfile.mkdtemp(prefix="ascend-node-nonroot-"))  # /tmp: nobody may enter
+    try:
+        os.chmod(work, 0o755)
+        subprocess.run([SYSTEM_PYTHON, "-m", "venv", str(work / "venv")], check=True,
+                       timeout=120)
+        python = str(work / "venv" / "bin" / "python")
+        wheels = work / "wheels"
+        wheels.mkdir()
+        build_wheel(wheels, version="1.0.0", mark="nonroot")
+        for entry in [wheels, *wheels.iterdir()]:
+            os.chmod(entry, 0o755 if entry.is_dir() else 0o644)
+        state = work / "state"
+        state.mkdir()
+        os.chown(state, NOBODY, NOBODY)
+        script = ("import json, sys\n"
+                  "from ascend_node.handoff.install import install_atb_wheel\n"
+                  f"r = install_atb_wheel([{str(wheels)!r}], {str(state)!r})\n"
+                  "print(json.dumps({'ran': r.pip_ran, 'env': dict(r.env), "
+                  "'reason': r.reason}))\n")
+        env = {"PATH": os.environ["PATH"], "HOME": "/",
+               "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+
+        def as_nobody(*argv: str, **extra: str) -> subprocess.CompletedProcess[str]:
+            return subprocess.run(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}",
+                                   "--clear-groups", *argv], env={**env, **extra},
+                                  capture_output=True, text=True, timeout=120, cwd="/")
+
+        done = as_nobody(python, "-c", script)
+        assert done.returncode == 0, done.stderr
+        first = json.loads(done.stdout)
+        lib = str(state / "python-lib")
+        assert first["ran"] and first["env"]["PYTHONPATH"].split(os.pathsep)[0] == lib
+        assert "site-packages is not writable for uid 65534" in first["reason"]
+        seen = as_nobody(python, "-c", "import atb_llm; print(atb_llm.MARK)",
+                         PYTHONPATH=lib)
+        assert seen.stdout.strip() == "nonroot", seen.stderr
+        again = json.loads(as_nobody(python, "-c", script).stdout)
+        assert again["ran"] is False and again["env"] == first["env"]
+    finally:
+        shutil.rmtree(work, ignore_errors=True)

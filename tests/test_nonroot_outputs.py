@@ -55,7 +55,10 @@ def test_a_fallback_owned_by_another_uid_is_refused(tmp_path: Path) -> None:
 
 def test_writable_default_stays_where_it_is(tmp_path: Path) -> None:
     assert place_state_dir(tmp_path / "s", False, {}) == (tmp_path / "s", None)
-    assert unwritable_file(tmp_path / "a" / "master") is None
+    assert unwritable_file(tmp_path / "master") is None
+    assert unwritable_file(tmp_path / "a" / "master") == (
+        f"directory {tmp_path / 'a'} does not exist")  # named, never created
+    assert not (tmp_path / "a").exists()
     assert unwritable_file(tmp_path) == "is a directory"
 
 

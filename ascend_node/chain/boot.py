@@ -206,7 +206,10 @@ def prepare_exec(
     )
     nic = _nic_env(opts.launcher, identity.pod_ip, env)
     planned = {k: v for k, v in launch.env.items() if not (k in USER_WINS and env.get(k))}
-    added = {**(delta.changed if delta else {}), **table_env, **planned, **nic}
+    # A wheel installed for a non-root uid lives under the state dir (install.private_lib_for).
+    wheel_env = dict(installed.env) if installed is not None else {}
+    added = {**(delta.changed if delta else {}), **wheel_env, **table_env, **planned, **nic}
+    env.update(wheel_env)
     env.update(table_env)
     env.update(planned)
     env.update(nic)

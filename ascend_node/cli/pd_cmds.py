@@ -11,7 +11,16 @@ from typing import Annotated, Optional
 import typer
 
 from ascend_node import logs
-from ascend_node.cli.app import app, debug_on, exit_codes, on_sigterm, option_flags, settings_from
+from ascend_node.cli.app import (
+    IN_THE_POD,
+    app,
+    debug_on,
+    exit_codes,
+    on_sigterm,
+    option_flags,
+    out,
+    settings_from,
+)
 from ascend_node.cli.options import (
     Debug,
     FileOwner,
@@ -23,7 +32,7 @@ from ascend_node.cli.options import (
 )
 
 
-@app.command("pd-announce")
+@app.command("pd-announce", rich_help_panel=IN_THE_POD)
 def pd_announce(
     shared_dir: SharedDir = None, run_id: RunId = None,
     rendezvous_key_file: RendezvousKeyFile = None,
@@ -40,10 +49,10 @@ def pd_announce(
         shared, run = require_rendezvous_settings(settings)
         me = read_pd_identity(os.environ)
         doc = announce(shared, run, me, os.environ, rendezvous_key(settings, os.environ))
-        print(f"{me.task} {me.place}: pod IP {doc.pod_ip}, host IP {doc.host_ip}")
+        out(f"{me.task} {me.place}: pod IP {doc.pod_ip}, host IP {doc.host_ip}")
 
 
-@app.command("pd-table")
+@app.command("pd-table", rich_help_panel=IN_THE_POD)
 def pd_table(
     controller_config: Annotated[Path, typer.Option(
         "--controller-config", help="The controller's ms_controller.json (its P/D flags and "
@@ -89,8 +98,9 @@ def pd_table(
                      key=key)
 
 
-@app.command("pd-boot", context_settings={"allow_extra_args": True,
-                                          "ignore_unknown_options": True})
+@app.command("pd-boot", rich_help_panel=IN_THE_POD,
+             options_metavar="[OPTIONS] -- CMD [ARGS]...",
+             context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def pd_boot(
     ctx: typer.Context,
     config: Annotated[Optional[Path], typer.Option(

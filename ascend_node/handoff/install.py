@@ -26,9 +26,10 @@ import json
 import os
 import re
 import sys
+import sysconfig
 import zipfile
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from ascend_node.atomic import atomic_write_text
@@ -78,6 +79,7 @@ class WheelInstallResult:
     pip_ran: bool
     reason: str  # why pip ran, or why not
     pip_argv: tuple[str, ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict)  # what the server needs to find it
 
 
 def wheel_dirs_from_env(environ: Mapping[str, str]) -> list[str]:
@@ -160,10 +162,35 @@ def find_atb_wheel(dirs: Sequence[str]) -> WheelInfo:
     return next(iter(distinct.values()))
 
 
-def installed_version(python: str, dist_name: str) -> Optional[str]:
+def private_lib_for(python: str, state_dir: str) -> Optional[str]:
+    """Where the wheel goes when this agent cannot write its interpreter's site-packages.
+
+    A non-root image (MindIE's run as uid 1001) owns neither site-packages nor, often, a
+    home directory (HOME=/): pip's own fallback, a user install under ~/.local, then fails
+    with `Permission denied: '/.local'` (and a venv has no user site at all). The wheel then
+    goes into a directory under the state dir (`pip --target`), which this uid can write,
+    and the server is given it first on `PYTHONPATH`. None when site-packages is writable,
+    or for another interpreter than the agent's (it cannot be asked without running it)."""
+    if os.path.realpath(python) != os.path.realpath(sys.executable):
+        return None
+    if os.access(sysconfig.get_paths()["purelib"], os.W_OK):
+        return None
+    return os.path.join(state_dir, "python-lib")
+
+
+def _path_env(private_lib: Optional[str]) -> dict[str, str]:
+    if private_lib is None:
+        return {}
+    rest = os.environ.get("PYTHONPATH", "")
+    return {"PYTHONPATH": private_lib + (os.pathsep + rest if rest else "")}
+
+
+def installed_version(python: str, dist_name: str,
+                      env: Optional[Mapping[str, str]] = None) -> Optional[str]:
     """The version of `dist_name` that `python` sees, or None when it has none."""
     try:
-        result = run_tool([python, "-c", _VERSION_QUERY, dist_name], timeout=_QUERY_TIMEOUT)
+        result = run_tool([python, "-c", _VERSION_QUERY, dist_name], timeout=_QUERY_TIMEOUT,
+                          env={**os.environ, **env} if env else None)
     except ToolError as exc:
         raise ToolError(
             f"cannot run the Python that should get atb_llm ({python}): {exc.cause}",
@@ -258,21 +285,28 @@ def install_atb_wheel(
     if not required and not find_atb_wheels(dirs):
         return None
     wheel = find_atb_wheel(dirs)
+    private_lib = private_lib_for(python, state_dir)
+    seen_env = _path_env(private_lib)
     marker = _read_marker(state_dir)
     if marker is None:
         reason = "no record of an earlier install"
     elif (marker.get("sha256"), marker.get("python")) != (wheel.sha256, python):
         reason = f"a different wheel was installed before (sha256 {marker.get('sha256')})"
     else:
-        current = installed_version(python, wheel.name)
+        current = installed_version(python, wheel.name, seen_env)
         if current == wheel.version:
-            return WheelInstallResult(wheel, python, False, "same wheel already installed")
+            return WheelInstallResult(wheel, python, False, "same wheel already installed",
+                                      env=seen_env)
         reason = f"{wheel.name} {wheel.version} is no longer installed (found {current})"
 
     argv = pip_argv(python, wheel.path)
+    if private_lib:
+        argv[argv.index("install") + 1:argv.index("install") + 1] = ["--target", private_lib,
+                                                                     "--upgrade"]
+        reason += f"; site-packages is not writable for uid {os.getuid()}: into {private_lib}"
     _drop_marker(state_dir)  # never leave a marker claiming an install that failed
     try:
-        result = run_tool(argv, timeout=timeout, env={**os.environ, **PIP_ENV})
+        result = run_tool(argv, timeout=timeout, env={**os.environ, **PIP_ENV, **seen_env})
     except ToolError as exc:
         if "did not finish" in exc.cause:
             raise ToolError(
@@ -289,7 +323,7 @@ def install_atb_wheel(
             f"(exit {result.returncode}): {_tail(result.stdout, result.stderr)}",
             f"run `PIP_BREAK_SYSTEM_PACKAGES=1 {' '.join(argv)}` by hand to see the whole output",
         )
-    after = installed_version(python, wheel.name)
+    after = installed_version(python, wheel.name, seen_env)
     if after != wheel.version:
         raise ToolError(
             f"pip installed {os.path.basename(wheel.path)} but {python} sees "
@@ -297,4 +331,4 @@ def install_atb_wheel(
             "another atb_llm earlier on sys.path (PYTHONPATH, user site) shadows it",
         )
     _write_marker(state_dir, wheel, python)
-    return WheelInstallResult(wheel, python, True, reason, tuple(argv))
+    return WheelInstallResult(wheel, python, True, reason, tuple(argv), seen_env)

@@ -32,14 +32,13 @@ FALLBACK_NAMES = {"master_file": "master", "world_size_file": "world_size"}
 
 def unwritable_file(path: Path) -> Optional[str]:
     """None when `path` can be (re)written atomically (a temp file beside it, renamed);
-    else why. Creates missing parent directories, as the writer would."""
+    else why. A missing directory is a reason, never created: a typo in a path must not
+    make directories anywhere (as root, anywhere at all)."""
     if path.is_dir():
         return "is a directory"
     parent = path.parent
-    try:
-        parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        return f"cannot create {parent}: {exc.strerror or exc}"
+    if not parent.is_dir():
+        return f"directory {parent} does not exist"
     if not os.access(parent, os.W_OK | os.X_OK):
         return f"{parent} is not writable (Permission denied)"
     return None

@@ -43,6 +43,22 @@ _HOST_BASE = ipaddress.IPv4Address("10.100.0.10")
 _DEV_BASE = ipaddress.IPv4Address("10.20.1.0")
 
 
+def quiet_hccl_base_port(port_range: Path = Path("/proc/sys/net/ipv4/ip_local_port_range")
+                          ) -> int:
+    """An HCCL host port range above this machine's ephemeral range for the simulated pods.
+
+    Every simulated pod shares this machine's network namespace, whose ports in the
+    ephemeral range are rarely reserved: HCCL's default range would make every simulation
+    warn about this machine (the pre-flight's port check), not about the simulated job.
+    A range above the ephemeral one needs no reservation; `port-taken` still moves one
+    node onto a port that is taken."""
+    try:
+        high = int(port_range.read_text().split()[1])
+    except (OSError, IndexError, ValueError):
+        high = 60999  # Linux's default range ends there
+    return min(high + 1, 65535 - 32)
+
+
 def pod_ip(index: int) -> str:
     return str(_POD_BASE + index)
 
@@ -250,6 +266,7 @@ def prepare(spec: SimSpec, work: Path, shared_dir: Path) -> list[SimNode]:
             "ASCEND_NODE_PREFLIGHT_HOLD_WAIT": "2",
             "ASCEND_VISIBLE_DEVICES": ",".join(str(d) for d in range(spec.devices)),
             "PYTHONUNBUFFERED": "1",
+            "HCCL_IF_BASE_PORT": str(quiet_hccl_base_port()),
         })
         env.update(tool_env(hccn_tool, npu_smi, data, spec.tool_delay))
         if spec.boot:
