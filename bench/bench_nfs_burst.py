@@ -28,13 +28,14 @@ from tests.nfs_bed import Bed, why_not
 WINDOW = 5.0
 
 
-def measure(bed: Bed, n: int, seconds: float, every: float, src: str) -> list[tuple[float, int]]:
+def measure(bed: Bed, n: int, seconds: float, every: float, src: str
+            ) -> list[tuple[float, int, dict[str, int]]]:
     timeout = seconds + 30
     nodes = bed.pods(n, run_id=f"burst-{n}", timeout=timeout)[:2]
     if src:
         for node in nodes:
             node.env["PYTHONPATH"] = src
-    samples: list[tuple[float, int]] = []
+    samples: list[tuple[float, int, dict[str, int]]] = []
     bed.start_run(nodes, hard_timeout=timeout + 30, place=lambda i: i)
     k = 0
     while True:
@@ -43,7 +44,7 @@ def measure(bed: Bed, n: int, seconds: float, every: float, src: str) -> list[tu
             break
         time.sleep(max(0.0, at - time.time()))
         ops = bed.client_counters()[1]
-        samples.append((time.time() - bed.last_start, sum(ops.values())))
+        samples.append((time.time() - bed.last_start, sum(ops.values()), ops))
         k += 1
     bed.finish_run()
     return samples
@@ -78,6 +79,10 @@ def main() -> int:
             print(f"N={n}: one follower, RPCs per 5 s window from the start: {windows}; "
                   f"peak over any 5 s window {max(sliding) / WINDOW:.1f} RPC/s; "
                   f"mean {total / span:.1f} RPC/s over {span:.0f} s", flush=True)
+            for i in range(0, len(samples) - step, step):
+                a, b = samples[i][2], samples[i + step][2]
+                ops = {k: b[k] - a.get(k, 0) for k in b if b[k] - a.get(k, 0)}
+                print(f"    {samples[i][0]:4.0f}-{samples[i + step][0]:3.0f} s: {ops}")
     return 0
 
 

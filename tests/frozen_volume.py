@@ -60,16 +60,22 @@ def _wrap(real: Callable[..., Any]) -> Callable[..., Any]:
 
 
 _real_stat = os.stat
-for name in ("open", "stat", "lstat", "mkdir", "scandir", "statvfs", "rename", "link",
-             "unlink", "utime", "rmdir"):
-    setattr(os, name, _wrap(getattr(os, name)))
 
-if os.environ.get("FROZEN_VOLUME_TERMLOG"):
-    from ascend_node.handoff import exec as handoff_exec
 
-    handoff_exec.write_termination_log.__defaults__ = (os.environ["FROZEN_VOLUME_TERMLOG"],)
+def install() -> None:
+    """Patch this process only (run as a script: importing this module changes nothing)."""
+    for name in ("open", "stat", "lstat", "mkdir", "scandir", "statvfs", "rename", "link",
+                 "unlink", "utime", "rmdir"):
+        setattr(os, name, _wrap(getattr(os, name)))
+    if os.environ.get("FROZEN_VOLUME_TERMLOG"):
+        from ascend_node.handoff import exec as handoff_exec
+
+        handoff_exec.write_termination_log.__defaults__ = (
+            os.environ["FROZEN_VOLUME_TERMLOG"],)
+
 
 if __name__ == "__main__":
+    install()
     from ascend_node.cli import main
 
     main(sys.argv[1:])

@@ -8,8 +8,9 @@ its exit code, that it came within `--timeout` + 10 s of the pod's start, and th
 Before issue 29 a freeze longer than the lease, or past the deadline, left every pod
 silent in a system call until the bed killed it minutes later.
 
-Slow (a bed boots in ~30-60 s, each test runs up to ~50 s): the module boots one bed with
-default (hard) mounts for the freezes and the restart, and one with `soft` mounts.
+Slow (a bed boots in ~10 s here, each test runs up to ~2 min): every test boots its own
+bed — a freeze longer than ~20 s left the bed's clients without answers for good
+(docs/reliability.md), which a shared bed would hand to the next test.
 """
 
 from __future__ import annotations
@@ -43,12 +44,12 @@ def _bed(work: Path, options: str = "", lease: int = 10, vers: str = "4.2") -> I
         b.close()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture()
 def bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bed]:
     yield from _bed(tmp_path_factory.mktemp("nfsbed-faults"))
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture()
 def soft_bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bed]:
     # timeo in tenths of a second: a call the server does not answer fails with EIO after
     # `retrans` retransmissions (measured on the bed: ~20 s). NFS v3: no client state to
