@@ -18,11 +18,11 @@ A follower therefore *glances* and *looks*:
 - a **look** is the full poll: revalidate, read `attempt.json`, the outcome, its own slot.
 
 For its first `FAST_FOR` seconds, and for `FAST_FOR` seconds after it publishes or a new
-attempt opens, a follower looks at every poll (`--poll-interval`, 0.2 s), as before. Then
-it glances every `GLANCE_EVERY` s (or `--poll-interval` if longer) and looks when the glance
+attempt opens, a follower looks at every poll (`ASCEND_NODE_POLL_INTERVAL`, 0.2 s), as before. Then
+it glances every `GLANCE_EVERY` s (or the poll interval if longer) and looks when the glance
 shows a change, and at least every `LOOK_EVERY` s whatever the glance says (a missed
 nudge, a twin rewriting its slot, progress for the log). Node 0 keeps polling at
-`--poll-interval`: it is one pod, and its cost per poll is a GETATTR unless the attempt
+the poll interval: it is one pod, and its cost per poll is a GETATTR unless the attempt
 directory changed (then a listing, and a read of each slot that is new or replaced).
 
 **The start burst.** A gang-scheduled job starts its N pods within seconds, so their
