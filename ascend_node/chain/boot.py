@@ -42,9 +42,9 @@ from ascend_node.handoff.outputs import StatusDoc, write_env, write_status
 from ascend_node.handoff.server_env import (
     HCCL_ROOTINFO,
     EnvChanges,
-    describe_rootinfo,
     proxy_changes,
     rank_table_notes,
+    rootinfo_note,
 )
 from ascend_node.handoff.setenv import capture_set_env, set_env_scripts_from_env
 from ascend_node.rendezvous.seal import STRIP_FROM_EXEC
@@ -237,13 +237,7 @@ def server_env_changes(environ: Mapping[str, str], launcher: str, node_count: in
     6 of docs/preflight.md, "In boot")."""
     proxies = proxy_changes(environ, launcher, node_count)
     notes = [*proxies.notes, *rank_table_notes(environ, table)]
-    try:
-        text: Optional[str] = rootinfo.read_text(errors="replace")[:1_000_000]
-    except FileNotFoundError:
-        text = None
-    except OSError as exc:
-        text = f"(unreadable: {exc.strerror})"
-    found = describe_rootinfo(text, table)
+    found = rootinfo_note(rootinfo, table)
     if found:
         log.warning("%s", found)
         notes.append(found)

@@ -29,9 +29,9 @@ from ascend_node.errors import ToolError
 from ascend_node.handoff.device_ids import mindie_device_problem
 from ascend_node.handoff.server_env import (
     HCCL_ROOTINFO,
-    describe_rootinfo,
     proxy_changes,
     rank_table_notes,
+    rootinfo_note,
 )
 from ascend_node.tools import ToolResult, run_tool, shown_output
 
@@ -144,13 +144,7 @@ def check_server_env(environ: Mapping[str, str], ids: Sequence[int], source: str
                                     "another way must not get them"))
     for note in rank_table_notes(environ, table):
         findings.append(Finding("warn", note, "`boot` replaces it; unset it in the image"))
-    try:
-        text: Optional[str] = rootinfo.read_text(errors="replace")[:1_000_000]
-    except FileNotFoundError:
-        text = None
-    except OSError as exc:
-        text = f"(unreadable: {exc.strerror})"
-    found = describe_rootinfo(text, table)
+    found = rootinfo_note(rootinfo, table)
     if found:
         findings.append(Finding("warn", found, "remove the mount from the container "
                                 "runtime's configuration"))

@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Optional
 
 PROXY_VARS = ("http_proxy", "https_proxy", "all_proxy", "HTTP_PROXY", "HTTPS_PROXY",
@@ -83,5 +84,16 @@ def describe_rootinfo(text: Optional[str], ours: Optional[str]) -> Optional[str]
             "configuration if HCCL reads it)")
 
 
+def rootinfo_note(path: Path, ours: Optional[str]) -> Optional[str]:
+    """`describe_rootinfo` of the file at `path` (the door: reads at most 1 MB of it)."""
+    try:
+        text: Optional[str] = path.read_text(errors="replace")[:1_000_000]
+    except FileNotFoundError:
+        text = None
+    except OSError as exc:
+        text = f"(unreadable: {exc.strerror})"
+    return describe_rootinfo(text, ours)
+
+
 __all__ = ["HCCL_ROOTINFO", "PROXY_VARS", "EnvChanges", "describe_rootinfo",
-           "proxy_changes", "rank_table_notes"]
+           "proxy_changes", "rank_table_notes", "rootinfo_note"]
