@@ -174,14 +174,13 @@ class Run:
         return int((self.shared / SIM_DIR / pod).read_text().splitlines()[0].split("=")[1])
 
 
-# One line per case. Part A's flags add theirs here once they land. Tried on a merge of
-# both branches (2026-12-04): stock-defaults and model-dir pass; non-root fails in boot:
-# `pip install atb_llm… Permission denied: '/.local'` (uid 1001 has no home in the image,
-# the kubelet sets HOME=/, site-packages is root's) — a finding for the non-root work:
-#   pytest.param([], {}, id="stock-defaults"),   # the stock config.json, no TLS flag
-#   pytest.param(["--run-as-user", "1001"], {}, id="non-root"),
-#   pytest.param(["--model-dir", f"{MODEL_PATH}/llama"], {}, id="model-dir"),
+# One line per case: the stock image's defaults (no TLS flag: plain http), the same as
+# MindIE's usual non-root user (uid 1001, no home in the image, site-packages root's: the
+# wheel goes under the state dir, handoff/install.py), and the model in a sub-directory.
 CASES = [
+    pytest.param([], {}, id="stock-defaults"),
+    pytest.param(["--run-as-user", "1001"], {}, id="non-root"),
+    pytest.param(["--model-dir", f"{MODEL_PATH}/llama"], {}, id="model-dir"),
     pytest.param(["--no-https"], {}, id="plain-http"),
     pytest.param(["--no-https", "--rendezvous-key-secret", "job-key"],
                  {"job-key": {"key": random_source.token_hex(32)}}, id="key-secret"),

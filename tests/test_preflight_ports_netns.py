@@ -39,6 +39,9 @@ def test_a_listener_on_hccls_port_in_one_pod_ends_every_node_with_5(
         nodes = make_nodes(tmp_path, 2, devices=2, timeout=60)
         for node, name in zip(nodes, names):
             node.argv = ["ip", "netns", "exec", name, *node.argv]
+            # HCCL's own default range: these pods have namespaces of their own (the
+            # simulator moves it above the shared machine's ephemeral range otherwise).
+            node.env.pop("HCCL_IF_BASE_PORT")
         results = run(nodes, timeout=120)
     finally:
         listener.kill()

@@ -188,6 +188,8 @@ def prepare_exec(
     if opts.launcher == "mindie":
         with events.phase("config"):
             config_path = _configure_mindie(settings, env, result, opts, pd_server)
+        if config_path is not None and env.get("MIES_CONFIG_JSON_PATH") == str(config_path):
+            table_env["MIES_CONFIG_JSON_PATH"] = str(config_path)  # reported with the rest
         if pd_server:  # the controller talks to its management port on the pod IP
             from ascend_node.pd.server_config import pd_server_env
 
@@ -282,7 +284,7 @@ def _is_pd_server(environ: Mapping[str, str]) -> bool:
 
 
 def _configure_mindie(
-    settings: Settings, env: Mapping[str, str], result: TableResult, opts: BootOptions,
+    settings: Settings, env: dict[str, str], result: TableResult, opts: BootOptions,
     pd_server: bool = False,
 ) -> Optional[Path]:
     """Patch config.json; its path, or None when this is not a MindIE container."""
@@ -318,6 +320,15 @@ def _configure_mindie(
             and not path.is_symlink() and (st.st_mode & 0o777) == 0o640 and same_owner):
         log.info("MindIE config %s already patched", path)
         return path
+    if not explicit and not os.access(path.parent, os.W_OK | os.X_OK):
+        # A non-root image whose MindIE install is root's (docs/deploy.md, "Non-root"):
+        # the patched copy goes under the state dir, and the server reads it from there
+        # (MIES_CONFIG_JSON_PATH, MindIE's own variable). An explicit path stays an error.
+        moved = settings.state_dir / "mindie-config.json"
+        log.info("MindIE config %s: its directory is not writable for uid %d; writing the "
+                 "patched copy %s (MIES_CONFIG_JSON_PATH)", path, os.getuid(), moved)
+        path = moved
+        env["MIES_CONFIG_JSON_PATH"] = str(moved)
     write_config(path, patched, uid, gid)
     log.info("patched MindIE config %s: %s", path, "; ".join(changes) or "no changes")
     return path
