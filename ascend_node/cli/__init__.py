@@ -1,18 +1,12 @@
 """The command line: `ascend-node` (also `python -m ascend_node`).
 
 `app` holds the typer app and maps every error to the contract's exit code; the commands
-are registered by importing their modules, in the order `--help` lists them.
+live in `pod_cmds`, `pd_cmds`, `job_cmds` and `offline_cmds`, and are registered when first
+needed (`app.Commands`: a pod's command imports its own module only).
 """
 
 from typing import Optional
 
-# The order of registration is the order of `--help`.
-# isort: off
-from ascend_node.cli import pod_cmds  # noqa: F401
-from ascend_node.cli import pd_cmds  # noqa: F401
-from ascend_node.cli import job_cmds  # noqa: F401
-from ascend_node.cli import offline_cmds  # noqa: F401
-# isort: on
 from ascend_node.cli.app import app
 
 

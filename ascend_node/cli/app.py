@@ -41,10 +41,68 @@ its group when it is registered (`@app.command(rich_help_panel=...)`, a field ty
 without rich)."""
 
 
+COMMAND_MODULES = ("pod_cmds", "pd_cmds", "job_cmds", "offline_cmds")
+"""The modules of `cli/` that define commands, in the order `--help` lists them. Each is
+imported only when one of its commands runs or a full list is asked for (`--help`, a
+mistyped name's suggestions): a pod's `discover` does not pay for `manifest` or `doctor`
+(docs/benchmarks.md, the import budget of tests/pod_imports.json)."""
+
+COMMAND_HOMES = {
+    "discover": "pod_cmds", "ranktable": "pod_cmds", "boot": "pod_cmds", "env": "pod_cmds",
+    "status": "pod_cmds",
+    "pd-announce": "pd_cmds", "pd-table": "pd_cmds", "pd-boot": "pd_cmds",
+    "validate": "job_cmds", "doctor": "job_cmds", "report": "job_cmds", "clean": "job_cmds",
+    "simulate": "offline_cmds", "manifest": "offline_cmds", "version": "offline_cmds",
+}
+"""Which module defines each command: the one import a command's run needs. A command
+missing here still runs (every module is then imported to find it);
+tests/test_cli_lazy.py holds this map to what the modules define."""
+
+
 class Commands(typer.core.TyperGroup):
     """The root command: groups `--help` by who runs each command (plain text: rich costs
     start-up, docs/benchmarks.md), never cuts a summary, and ends an option value refused
-    while parsing (`cli.options`) as every error ends: one line, a hint, its exit code."""
+    while parsing (`cli.options`) as every error ends: one line, a hint, its exit code.
+
+    Commands are registered lazily: the group starts with what was imported and loads a
+    command's module (`COMMAND_HOMES`) when that command is looked up; `commands`, the
+    full mapping click and typer list from, imports every module first."""
+
+    @property  # type: ignore[override]
+    def commands(self) -> dict[str, Any]:
+        self._load(COMMAND_MODULES)
+        return self._loaded
+
+    @commands.setter
+    def commands(self, value: Any) -> None:
+        self._loaded: dict[str, Any] = dict(value or {})
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        if cmd_name not in self._loaded:
+            home = COMMAND_HOMES.get(cmd_name)
+            self._load((home,) if home else COMMAND_MODULES)
+        return self._loaded.get(cmd_name)
+
+    def _load(self, modules: tuple[str, ...]) -> None:
+        """Import the modules (their `@app.command`s register on `app`) and turn each new
+        registration into a click command, kept in `--help`'s order."""
+        for module in modules:
+            # __import__, not importlib.import_module: the same import `-X importtime`
+            # sees (tests/test_pod_imports.py reads the budget from it).
+            __import__(f"ascend_node.cli.{module}")
+        infos = sorted(app.registered_commands, key=_listing_order)
+        names = [info.name or typer.main.get_command_name(info.callback.__name__)
+                 for info in infos if info.callback is not None]
+        if all(name in self._loaded for name in names):
+            return
+        for name, info in zip(names, infos):
+            if name not in self._loaded:
+                self._loaded[name] = typer.main.get_command_from_info(
+                    info, pretty_exceptions_short=app.pretty_exceptions_short,
+                    rich_markup_mode=app.rich_markup_mode)
+        rank = {name: i for i, name in enumerate(names)}
+        self._loaded = dict(sorted(self._loaded.items(),
+                                   key=lambda item: rank.get(item[0], len(rank))))
 
     def format_commands(self, ctx: Any, formatter: Any) -> None:
         listed = [(name, self.get_command(ctx, name)) for name in self.list_commands(ctx)]
@@ -62,6 +120,13 @@ class Commands(typer.core.TyperGroup):
             return super().invoke(ctx)
         except AscendNodeError as exc:  # raised by an option type, before the command ran
             raise typer.Exit(report_error(exc, debug_on(False))) from None
+
+
+def _listing_order(info: Any) -> int:
+    """A registration's place in `--help`: by its module's place in `COMMAND_MODULES`
+    (whichever was imported first), then by its place in the module (sorting is stable)."""
+    module = getattr(info.callback, "__module__", "").rpartition(".")[2]
+    return COMMAND_MODULES.index(module) if module in COMMAND_MODULES else len(COMMAND_MODULES)
 
 
 app = typer.Typer(
