@@ -84,3 +84,21 @@ def test_a_command_missing_from_the_map_still_runs() -> None:
 def test_a_mistyped_command_is_a_usage_error() -> None:
     got, _ = _run("discoverr")
     assert got["code"] == 2
+
+
+def test_the_listing_summarises_each_command_as_its_own_help_does() -> None:
+    """`--help` reads each summary from the registration, not from the built command:
+    the two agree for every command, on the click this interpreter has."""
+    import typer
+
+    from ascend_node.cli import app
+    from ascend_node.cli.app import Commands
+
+    full = typer.main.get_command(app).commands  # type: ignore[attr-defined]
+    lean = Commands(name="ascend-node")
+    summaries = dict(lean._summaries())
+    assert list(summaries) == list(full)
+    for name, cmd in full.items():
+        assert summaries[name].get_short_help_str(limit=500) == cmd.get_short_help_str(limit=500)
+        assert (summaries[name].hidden, getattr(summaries[name], "rich_help_panel", None)) == (
+            cmd.hidden, getattr(cmd, "rich_help_panel", None))

@@ -13,6 +13,7 @@ supports Python 3.9 reads option metadata from evaluated `Annotated` hints only.
 
 
 import contextlib
+import inspect
 import json
 import os
 import re
@@ -83,30 +84,50 @@ class Commands(typer.core.TyperGroup):
             self._load((home,) if home else COMMAND_MODULES)
         return self._loaded.get(cmd_name)
 
-    def _load(self, modules: tuple[str, ...]) -> None:
-        """Import the modules (their `@app.command`s register on `app`) and turn each new
-        registration into a click command, kept in `--help`'s order."""
+    def _registered(self, modules: tuple[str, ...]) -> list[tuple[str, Any]]:
+        """Import the modules (their `@app.command`s register on `app`); every
+        registration so far with its name, in `--help`'s order."""
         for module in modules:
             # __import__, not importlib.import_module: the same import `-X importtime`
             # sees (tests/test_pod_imports.py reads the budget from it).
             __import__(f"ascend_node.cli.{module}")
         infos = sorted(app.registered_commands, key=_listing_order)
-        names = [info.name or typer.main.get_command_name(info.callback.__name__)
-                 for info in infos if info.callback is not None]
-        if all(name in self._loaded for name in names):
+        return [(info.name or typer.main.get_command_name(getattr(info.callback, "__name__", "")),
+                 info) for info in infos]
+
+    def _load(self, modules: tuple[str, ...]) -> None:
+        """Turn each new registration into a click command, kept in `--help`'s order."""
+        registered = self._registered(modules)
+        if all(name in self._loaded for name, _ in registered):
             return
-        for name, info in zip(names, infos):
+        for name, info in registered:
             if name not in self._loaded:
                 self._loaded[name] = typer.main.get_command_from_info(
                     info, pretty_exceptions_short=app.pretty_exceptions_short,
                     rich_markup_mode=app.rich_markup_mode)
-        rank = {name: i for i, name in enumerate(names)}
+        rank = {name: i for i, (name, _) in enumerate(registered)}
         self._loaded = dict(sorted(self._loaded.items(),
                                    key=lambda item: rank.get(item[0], len(rank))))
 
+    def _summaries(self) -> list[tuple[str, Any]]:
+        """Every command as `--help` lists it: its name, group and summary, read from its
+        registration into a click command without parameters. Building the real ones (each
+        option's type and default from the signature) would cost ~10 ms of a `--help`
+        (docs/benchmarks.md); click's own `get_short_help_str` still makes the summary."""
+        summaries = []
+        for name, info in self._registered(COMMAND_MODULES):
+            cmd = self._loaded.get(name)
+            if cmd is None:
+                text = info.help if info.help is not None else inspect.getdoc(info.callback)
+                cmd = typer.core.TyperCommand(
+                    name=name, help=inspect.cleandoc(text) if text else text,
+                    short_help=info.short_help, hidden=info.hidden,
+                    deprecated=info.deprecated, rich_help_panel=info.rich_help_panel)
+            summaries.append((name, cmd))
+        return summaries
+
     def format_commands(self, ctx: Any, formatter: Any) -> None:
-        listed = [(name, self.get_command(ctx, name)) for name in self.list_commands(ctx)]
-        shown = [(name, cmd) for name, cmd in listed if cmd is not None and not cmd.hidden]
+        shown = [(name, cmd) for name, cmd in self._summaries() if not cmd.hidden]
         for group in (*GROUPS, None):
             rows = [(name, cmd.get_short_help_str(limit=500)) for name, cmd in shown
                     if getattr(cmd, "rich_help_panel", None) == group
