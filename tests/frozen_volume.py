@@ -3,11 +3,13 @@
 A fake of the one thing the fast tests cannot have for real: an NFS server that stops
 answering (the real one is `tests/nfs_bed.py`, marker `nfs`). While the file named by
 FROZEN_VOLUME_FLAG exists, every call on a path below FROZEN_VOLUME_ROOT (open, stat,
-lstat, mkdir, scandir, statvfs, rename, link, unlink, utime) either waits until the file
+lstat, mkdir, scandir, listdir, statvfs, rename, link, unlink, utime, and Python's own
+`open()`) either waits until the file
 is gone — a `hard` mount whose server froze — or, with FROZEN_VOLUME_ERRNO=EIO (or
 ETIMEDOUT), fails with that errno: a `soft` mount's answer. Everything else (the state
 dir, the fake devices) is untouched. FROZEN_VOLUME_TERMLOG moves Kubernetes' termination
-log (/dev/termination-log) to a file the test can read.
+log (/dev/termination-log) to a file the test can read; FROZEN_VOLUME_WAIT shortens how
+long `report` and `clean` wait for the volume (`volume_call.OPERATOR_WAIT`).
 
     python tests/frozen_volume.py ranktable --json
 """
@@ -65,8 +67,18 @@ _real_stat = os.stat
 def install() -> None:
     """Patch this process only (run as a script: importing this module changes nothing)."""
     for name in ("open", "stat", "lstat", "mkdir", "scandir", "statvfs", "rename", "link",
-                 "unlink", "utime", "rmdir"):
+                 "unlink", "utime", "rmdir", "listdir"):
         setattr(os, name, _wrap(getattr(os, name)))
+    # Python's own open() (pathlib, zipfile, a plain `open(path, "rb")`) too.
+    import builtins
+    import io
+
+    builtins.open = io.open = _wrap(io.open)  # type: ignore[assignment]
+    if os.environ.get("FROZEN_VOLUME_WAIT"):
+        # How long `report`/`clean` wait for the volume (60 s in production).
+        from ascend_node.rendezvous import volume_call
+
+        volume_call.OPERATOR_WAIT = float(os.environ["FROZEN_VOLUME_WAIT"])
     if os.environ.get("FROZEN_VOLUME_TERMLOG"):
         from ascend_node.handoff import exec as handoff_exec
 

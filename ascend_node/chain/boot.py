@@ -49,6 +49,7 @@ from ascend_node.handoff.server_env import (
 from ascend_node.handoff.setenv import capture_set_env, set_env_scripts_from_env
 from ascend_node.rendezvous.seal import STRIP_FROM_EXEC
 from ascend_node.rendezvous.store import RunPaths
+from ascend_node.rendezvous.volume_call import run_watched
 from ascend_node.settings import Settings
 
 log = logging.getLogger("ascend_node.boot")
@@ -160,7 +161,13 @@ def prepare_exec(
 
     dirs = wheel_dirs_from_env(environ)
     with events.phase("install") as detail:
-        installed = install_atb_wheel(dirs, state_dir, required=WHEEL_DIR_ENV in environ)
+        # The wheel may sit on the shared volume: a read of it stuck past the pod's
+        # deadline is exit 4 naming the volume (pip's own child has its time-out).
+        installed = run_watched(
+            lambda: install_atb_wheel(dirs, state_dir, required=WHEEL_DIR_ENV in environ),
+            result.started + settings.timeout, dirs[0], settings.timeout,
+            settings.progress_interval, what="the atb_llm wheel could not be read",
+            name="install", stuck_only=True)
         detail["result"] = "no wheel" if installed is None else installed.reason
     if installed is None:
         log.info("no atb_llm wheel in %s; assuming the image ships it", ", ".join(dirs))
@@ -350,7 +357,16 @@ def boot(
 def _boot(
     settings: Settings, environ: Mapping[str, str], result: TableResult, opts: BootOptions,
 ) -> NoReturn:
-    reachability(settings, result)
+    if result.on_volume:
+        # The pre-flight's reach documents are on the volume: watched like the
+        # rendezvous, so a volume that stops answering after the table cannot hold the
+        # pod past its deadline (exit 4 naming it; `volume_call`).
+        run_watched(lambda: reachability(settings, result), result.started + settings.timeout,
+                    settings.shared_dir or "the shared directory", settings.timeout,
+                    settings.progress_interval, what="the pre-flight could not finish",
+                    name="preflight", stuck_only=True)
+    else:
+        reachability(settings, result)
     argv, env, added, changes = prepare_exec(settings, environ, result, opts)
     write_env(settings.state_dir, added, settings.file_owner, unset=changes.unset,
               notes=changes.notes)

@@ -37,6 +37,7 @@ from ascend_node.rendezvous.seal import KEY_FILE_ENV, RendezvousKey, load_key
 from ascend_node.rendezvous.store import RunPaths
 from ascend_node.rendezvous.volume_call import (
     VolumeUnanswered,
+    bounded,
     call,
     raise_if_io,
     retrying,
@@ -93,9 +94,21 @@ def probe_super_pod(settings: Settings, ids: tuple[int, ...], npu_smi: str) -> S
 
 
 def table_source(settings: Settings) -> SourceChoice:
-    """Shared volume or MindCluster's hccl.json (--table-source; `auto` looks for the file)."""
-    return choose_table_source(settings.table_source, settings.hccl_json,
-                               os.path.lexists(settings.hccl_json))
+    """Shared volume or MindCluster's hccl.json (--table-source; `auto` looks for the file,
+    watched: its directory may be a volume that does not answer, exit 4 naming it at the
+    pod's `--timeout`, `volume_call`)."""
+    if settings.table_source != "auto":
+        return choose_table_source(settings.table_source, settings.hccl_json, False)
+    path = settings.hccl_json
+
+    def exists() -> bool:
+        with call("inspect", path):
+            return os.path.lexists(path)
+
+    return choose_table_source(settings.table_source, path,
+                               bounded(exists, settings.timeout, path,
+                                       "the rank table's source could not be chosen",
+                                       name="table-source"))
 
 
 def member_data(d: Discovery) -> MemberData:

@@ -140,11 +140,15 @@ def report(
     """Every node's start on one time axis: who arrived last and why (read-only)."""
     with exit_codes(debug_on(debug)):
         from ascend_node.chain.table import require_rendezvous_settings
+        from ascend_node.rendezvous.volume_call import OPERATOR_WAIT, bounded
         from ascend_node.report.cli import run_report
 
         settings = settings_from(False, shared_dir=shared_dir, run_id=run_id)
-        shared, rid = require_rendezvous_settings(settings)
-        doc, text = run_report(shared, rid, attempt, html, width)
+        # Bounded: a shared volume that does not answer is exit 4 naming it, not a hang.
+        doc, text = bounded(
+            lambda: run_report(*require_rendezvous_settings(settings), attempt, html, width),
+            OPERATOR_WAIT, settings.shared_dir or "the shared directory",
+            "the run's records could not be read", name="report")
         if json_out:
             emit(doc)
         else:
@@ -167,9 +171,13 @@ def clean(
         from ascend_node.chain.table import require_rendezvous_settings
         from ascend_node.errors import UsageError
         from ascend_node.rendezvous.cleanup import clean_run
+        from ascend_node.rendezvous.volume_call import OPERATOR_WAIT, bounded
 
         settings = settings_from(False, shared_dir=shared_dir, run_id=run_id)
-        shared, rid = require_rendezvous_settings(settings)
+        # Bounded (not the question): a volume that does not answer is exit 4 naming it.
+        where = settings.shared_dir or "the shared directory"
+        shared, rid = bounded(lambda: require_rendezvous_settings(settings), OPERATOR_WAIT,
+                              where, "nothing was removed", name="clean")
         if not yes:
             if not sys.stdin.isatty():
                 raise UsageError(
@@ -179,5 +187,7 @@ def clean(
             if not typer.confirm(f"remove run {rid!r} state from {shared}?"):
                 print("ascend-node: nothing removed", file=sys.stderr)
                 raise typer.Exit(1)
-        for line in clean_run(shared, rid):
+        for line in bounded(lambda: clean_run(shared, rid), OPERATOR_WAIT, where,
+                            "the run's state may be partly removed; run clean again",
+                            name="clean"):
             out(line)

@@ -171,8 +171,13 @@ def run_doctor(
     paths: Optional[RunPaths] = None
     if peers:
         from ascend_node.chain.table import require_rendezvous_settings
+        from ascend_node.rendezvous.volume_call import bounded
 
-        shared, run_id = require_rendezvous_settings(settings)
+        # --peers needs the volume: one that does not answer is exit 4 naming it, in
+        # `VOLUME_ANSWER` s (the peers' documents below: in their wait plus as much).
+        shared, run_id = bounded(lambda: require_rendezvous_settings(settings), VOLUME_ANSWER,
+                                 settings.shared_dir or "the shared directory",
+                                 "the peers' facts could not be read", name="doctor-peers")
         paths = RunPaths(shared, run_id)
     answer = _volume_answer(settings)
     if not peers and answer is True and settings.run_id and settings.shared_dir is not None:
@@ -302,10 +307,8 @@ def run_doctor(
         local = {c.id: c.status for c in checks}
         mine = make_facts(paths.run_id, ident, states, local, time.time(),
                           effective_settings(environ), versions.cann, versions.driver)
-        write_doc(facts_path(paths, ident.global_index), mine, paths.shared_dir)
         fresh_after = started_wall - FACTS_MAX_AGE
-        reads = collect_peer_facts(paths, ident.global_index, ident.node_count, peer_wait,
-                                   fresh_after)
+        reads = _publish_and_collect(paths, ident, mine, peer_wait, fresh_after)
         peer_facts = [r.doc for r in reads.values() if isinstance(r, Valid)]
         everyone = sorted([mine, *peer_facts], key=lambda f: f.global_index)
         checks += [check_peers_present(reads, ident.master_count, peer_wait, fresh_after),
@@ -328,6 +331,22 @@ def run_doctor(
                   "rank_table": str(where.path) if where.path else None,
                   "hccn_tool": hccn_tool})
     return DoctorReport(node, tuple(checks), facts)
+
+
+def _publish_and_collect(paths: RunPaths, ident: NodeIdentity, mine: Any, peer_wait: float,
+                         fresh_after: float) -> Any:
+    """This node's facts written, the peers' read (waiting up to `peer_wait` s for them),
+    watched: a volume that stops answering ends `doctor --peers` with exit 4 naming it
+    within `peer_wait` + `VOLUME_ANSWER` s (`rendezvous.volume_call`)."""
+    from ascend_node.rendezvous.volume_call import bounded
+
+    def work() -> Any:
+        write_doc(facts_path(paths, ident.global_index), mine, paths.shared_dir)
+        return collect_peer_facts(paths, ident.global_index, ident.node_count, peer_wait,
+                                  fresh_after)
+
+    return bounded(work, peer_wait + VOLUME_ANSWER, paths.root,
+                   "the peers' facts could not be read", name="doctor-peers")
 
 
 def _source_check(settings: Settings) -> CheckResult:

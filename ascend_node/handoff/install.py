@@ -34,6 +34,7 @@ from typing import Any, Optional
 
 from ascend_node.atomic import atomic_write_text
 from ascend_node.errors import ConfigError, ToolError
+from ascend_node.rendezvous.volume_call import call
 from ascend_node.tools import run_tool
 
 WHEEL_DIR_ENV = "ASCEND_NODE_ATB_WHEEL_DIR"
@@ -99,7 +100,13 @@ def _sha256(path: str) -> str:
 
 
 def read_wheel(path: str) -> WheelInfo:
-    """Name and version (from the wheel's METADATA) and sha256 of a wheel file."""
+    """Name and version (from the wheel's METADATA) and sha256 of a wheel file (marked as
+    a call on the volume: the wheel may sit on the shared one, `volume_call`)."""
+    with call("read", path):
+        return _read_wheel(path)
+
+
+def _read_wheel(path: str) -> WheelInfo:
     try:
         with zipfile.ZipFile(path) as archive:
             metadata_names = [
@@ -126,15 +133,18 @@ def find_atb_wheels(dirs: Sequence[str]) -> list[str]:
     found: list[str] = []
     for directory in dirs:
         try:
-            names = sorted(os.listdir(directory))
+            with call("list", directory):
+                names = sorted(os.listdir(directory))
         except (FileNotFoundError, NotADirectoryError):
             continue
         except OSError as exc:
             raise ConfigError(f"cannot list wheel directory {directory}: {exc.strerror}") from None
         for name in names:
             path = os.path.join(directory, name)
-            if WHEEL_PATTERN.fullmatch(name) and os.path.isfile(path):
-                found.append(path)
+            if WHEEL_PATTERN.fullmatch(name):
+                with call("inspect", path):
+                    if os.path.isfile(path):
+                        found.append(path)
     return found
 
 

@@ -76,9 +76,11 @@ class Follower(Participant):
             if attempt is not None and new_attempt:
                 seen_attempt = attempt.attempt_id
                 busy_since = now
-            if attempt is not None and attempt.attempt_id not in checked_dirs:
-                check_real_dirs(self.paths.shared_dir,
-                                self.paths.attempt_dir(attempt.attempt_id))
+            # Once all of its directories exist (node 0 may have written attempt.json but
+            # not yet made the directory): the publish then need not make them.
+            if attempt is not None and attempt.attempt_id not in checked_dirs \
+                    and check_real_dirs(self.paths.shared_dir,
+                                        self.paths.attempt_dir(attempt.attempt_id)):
                 checked_dirs.add(attempt.attempt_id)
             outcome = self._read_outcome(attempt.attempt_id) if attempt else None
             if outcome is None and attempt is not None and changed and looked_before \
@@ -132,7 +134,8 @@ class Follower(Participant):
                     node0_slot = self._slot_state(action.attempt_id, 0)
                     if isinstance(node0_slot, MemberDoc):
                         node0_seen[action.attempt_id] = node0_slot
-                self._publish(action.attempt_id, slot)
+                self._publish(action.attempt_id, slot,
+                              dirs_checked=action.attempt_id in checked_dirs)
                 published_in = action.attempt_id
                 busy_since = self.clock()
                 continue

@@ -167,16 +167,18 @@ class Participant:
             health=self.health,
         )
 
-    def _publish(self, attempt_id: str, found: decide.SlotState) -> None:
+    def _publish(self, attempt_id: str, found: decide.SlotState,
+                 dirs_checked: bool = False) -> None:
         """Publish this pod's member document into its slot, where `found` is what the
         slot held when this pod looked. Into an empty slot by exclusive create, so that
         of two pods racing for one index exactly one gets an uncontested slot; over
         another pod's document (a twin, or a re-created pod's predecessor) marked
-        `contested`, which makes node 0 wait a poll for the other pod to object."""
+        `contested`, which makes node 0 wait a poll for the other pod to object.
+        `dirs_checked`: this look saw the attempt directory exist as a real one."""
         path = self.paths.slot(attempt_id, self.index)
         if found is None:
             created = create_doc(path, self._member_doc(attempt_id), self.paths.shared_dir,
-                                 key=self.key)
+                                 key=self.key, parent_checked=dirs_checked)
             if created == "created":
                 log.info("published %s into attempt %s", self.name(self.index), attempt_id)
                 return

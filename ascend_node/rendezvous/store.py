@@ -111,10 +111,16 @@ def read_bytes_nofollow(path: Path, limit: int = MAX_DOC_BYTES) -> Union[bytes, 
     error of the volume (a soft mount's EIO, ETIMEDOUT) raises `VolumeIOError`: the file
     may well be there, so it is never reported as Missing."""
     with call("read", path):
-        return _read_bytes(path, limit)
+        got = _read_bytes(path, limit)
+    return got[0] if isinstance(got, tuple) else got
 
 
-def _read_bytes(path: Path, limit: int) -> Union[bytes, Missing, Invalid]:
+def _read_bytes(path: Path, limit: int
+                ) -> Union[tuple[bytes, tuple[int, int, int]], Missing, Invalid]:
+    """The bytes and the stamp (inode, size, mtime) of the file they were read from: the
+    stamp comes from `fstat` of the open file, not from a `stat` of the name before it —
+    on NFS a name's first `stat` is a LOOKUP (and an ACCESS of its directory) the OPEN
+    does anyway (issue 29: the join's cost), and the two could see different files."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
@@ -140,22 +146,12 @@ def _read_bytes(path: Path, limit: int) -> Union[bytes, Missing, Invalid]:
             chunks.append(chunk)
             if sum(len(c) for c in chunks) > limit:
                 return Invalid(path, f"grew over the {limit} byte limit while read")
-        return b"".join(chunks)
+        return b"".join(chunks), (st.st_ino, st.st_size, st.st_mtime_ns)
     except OSError as exc:
         raise_if_io(exc, path, "read")
         return Invalid(path, f"cannot be read: {exc.strerror}")
     finally:
         os.close(fd)
-
-
-def _stamp(path: Path) -> tuple[int, int, int]:
-    try:
-        with call("stat", path):
-            st = os.stat(path, follow_symlinks=False)
-    except OSError as exc:
-        raise_if_io(exc, path, "inspect")
-        return (0, 0, 0)
-    return (st.st_ino, st.st_size, st.st_mtime_ns)
 
 
 @functools.cache
@@ -195,10 +191,11 @@ def _first_error(exc: ValidationError) -> Any:
 def _read(path: Path, validate_json: Callable[[bytes], Any], run_id: str,
           attempt_id: Optional[str] = None, key: Optional[RendezvousKey] = None
           ) -> Read[Any]:
-    stamp = _stamp(path)
-    raw = read_bytes_nofollow(path)
-    if isinstance(raw, (Missing, Invalid)):
-        return raw
+    with call("read", path):
+        got = _read_bytes(path, MAX_DOC_BYTES)
+    if isinstance(got, (Missing, Invalid)):
+        return got
+    raw, stamp = got
     problem: Optional[AuthProblem] = None
     if key is not None or AUTH.encode() in raw:
         # Only signed documents (or a pod holding a key) pay for the second parse.
@@ -273,8 +270,9 @@ def ensure_dir(path: Path, trusted_root: Path) -> None:
             )
 
 
-def check_real_dirs(trusted_root: Path, path: Path) -> None:
-    """Every existing component of `path` below `trusted_root` must be a real directory.
+def check_real_dirs(trusted_root: Path, path: Path) -> bool:
+    """Every existing component of `path` below `trusted_root` must be a real directory;
+    True when all of them exist (a writer into `path` then need not `ensure_dir` it).
 
     `O_NOFOLLOW` guards only the last component of a read; a symlink planted as
     `.ascend-node/<run>` or as an attempt directory would otherwise redirect every read.
@@ -287,7 +285,7 @@ def check_real_dirs(trusted_root: Path, path: Path) -> None:
             with call("inspect", current):
                 st = os.lstat(current)
         except FileNotFoundError:
-            return
+            return False
         except OSError as exc:
             raise volume_error(exc, current, "inspect") from exc
         if not stat.S_ISDIR(st.st_mode):
@@ -296,6 +294,7 @@ def check_real_dirs(trusted_root: Path, path: Path) -> None:
                 f"{current} is {what}, refused",
                 "remove it, or run `ascend-node clean` for this run",
             )
+    return True
 
 
 def check_writable(shared_dir: Path) -> None:
@@ -379,11 +378,16 @@ _NO_LINKS = {errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.ENOSYS}
 
 
 def create_doc(path: Path, doc: BaseModel, trusted_root: Path, mode: int = 0o644,
-               key: Optional[RendezvousKey] = None) -> Created:
+               key: Optional[RendezvousKey] = None, parent_checked: bool = False) -> Created:
     """Publish `doc` only if nothing is at `path` yet, atomically (a complete file is
     hard-linked to the name): "created", "exists" (nothing written), or "unsupported"
-    when the filesystem has no hard links (nothing written)."""
-    ensure_dir(path.parent, trusted_root)
+    when the filesystem has no hard links (nothing written). `parent_checked`: the
+    caller has just seen every directory above `path` exist as a real one
+    (`check_real_dirs` True), so they are not created and inspected again (on NFS a
+    `mkdir` of an existing name and its `lstat` each cost a round trip: a follower's
+    join at N >= 64, docs/rendezvous.md "The start burst")."""
+    if not parent_checked:
+        ensure_dir(path.parent, trusted_root)
     try:
         with call("create", path):
             atomic_write_bytes(path, encode(doc, path, key), mode=mode, exclusive=True)

@@ -208,11 +208,16 @@ def run_watched(
     clock: Callable[[], float] = time.monotonic,
     grace: float = GRACE,
     name: str = "volume",
+    what: str = "the peers' state could not be read",
+    stuck_only: bool = False,
 ) -> T:
     """`work()` in a worker thread; its result or its exception. While the worker sits in
     one call on the volume for `STUCK_AFTER` s or more, logs (and hands `on_stall`) a line
     saying so, every `progress_every` s; once `deadline` + `grace` passes, raises
-    `VolumeUnanswered` naming the call (or `where`) and leaves the worker behind."""
+    `VolumeUnanswered` naming the call (or `where`) and `what` could not be done, and
+    leaves the worker behind. `stuck_only`: past the deadline, wait on while the worker
+    is not stuck on the volume (work with bounds of its own, e.g. a pip install whose
+    child has a time-out: only a stuck call on the volume is cut short)."""
     box: dict[str, object] = {}
     done = threading.Event()
 
@@ -238,8 +243,9 @@ def run_watched(
                 log.warning("%s", line)
                 if on_stall is not None:
                     on_stall(line)
-            if now >= deadline + grace:
-                raise unanswered(stuck, where, timeout, now)
+            if now >= deadline + grace and not (
+                    stuck_only and (stuck is None or now - stuck.since < STUCK_AFTER)):
+                raise unanswered(stuck, where, timeout, now, what)
     except BaseException:
         if not done.is_set():
             _abandoned.append(worker)  # SIGTERM, or the deadline: do not wait for it
@@ -249,8 +255,26 @@ def run_watched(
     return box["value"]  # type: ignore[return-value]
 
 
+OPERATOR_WAIT = 60.0
+"""Seconds `report` and `clean` (commands without a `--timeout`) wait for a shared volume
+that does not answer before they exit 4 naming it: far more than reading or removing a
+1,024-node run takes on a healthy NFS server (a few thousand round trips), far less than
+an operator waits before suspecting a hang."""
+
+
+def bounded(work: Callable[[], T], seconds: float, where: Union[str, Path], what: str,
+            name: str = "volume") -> T:
+    """`work()` watched with a deadline `seconds` from now, for the commands that have no
+    `--timeout` of their own (`report`, `clean`, `doctor`): a volume that does not answer
+    ends them with exit 4 naming it, instead of a hang."""
+    return run_watched(work, time.monotonic() + seconds, where, seconds,
+                       progress_every=max(seconds / 3, STUCK_AFTER), grace=0.0, name=name,
+                       what=what)
+
+
 def unanswered(stuck: Optional[Call], where: Union[str, Path], timeout: float,
-               now: float) -> VolumeUnanswered:
+               now: float, what_failed: str = "the peers' state could not be read"
+               ) -> VolumeUnanswered:
     if stuck is not None:
         what = (f"the shared volume has not answered for {now - stuck.since:.0f} s "
                 f"({describe(stuck, where)})")
@@ -259,7 +283,7 @@ def unanswered(stuck: Optional[Call], where: Union[str, Path], timeout: float,
     if _last_io_error:
         what += f"; its last I/O error: {_last_io_error[0].cause}"
     return VolumeUnanswered(
-        f"timed out after {timeout:g} s: {what}; the peers' state could not be read",
+        f"timed out after {timeout:g} s: {what}; {what_failed}",
         "the shared volume (its NFS server or storage) stopped answering; check it, "
         "then restart the job; exit 4 is retryable",
     )

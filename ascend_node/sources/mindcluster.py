@@ -22,6 +22,7 @@ from ascend_node.discover.superpod import NodeSuperPod
 from ascend_node.errors import ConfigError
 from ascend_node.handoff.outputs import StatusDoc, write_status, write_table_outputs
 from ascend_node.ranktable import render_rank_table
+from ascend_node.rendezvous.volume_call import retrying, run_watched
 from ascend_node.settings import Settings
 from ascend_node.sources.base import Discovery, SourceChoice, TableResult
 from ascend_node.sources.mindcluster_file import Converted, HcclJsonWait, convert_for_mindie
@@ -71,7 +72,13 @@ def ranktable_from_mindcluster(
         name=lambda i: node_name(i, masters),
     )
     with events.phase("mindcluster", path=str(path)):  # waiting for a completed hccl.json
-        doc = wait.run()
+        # Watched (`volume_call`): the file sits on a volume (a ConfigMap, an NFS share)
+        # that may stop answering; the deadline holds and the volume is named (exit 4);
+        # a soft mount's I/O error is retried until the deadline, never read as "absent".
+        doc = run_watched(lambda: retrying(wait.run, wait.deadline, settings.timeout),
+                          wait.deadline, path, settings.timeout, settings.progress_interval,
+                          what="MindCluster's rank table could not be read",
+                          name="mindcluster")
     converted = convert_for_mindie(doc, pod_ip, path, settings.table_version)
     identity = _identity(volcano, converted, pod_ip, environ)
     logs.set_node(identity.global_index, identity.pod_ip)

@@ -36,6 +36,7 @@ from typing import Any, Callable, Optional, Union
 from ascend_node.errors import ClusterInconsistent, PeerTimeout
 from ascend_node.ranktable import MAX_FILE_SIZE, Target, validate_rank_table
 from ascend_node.rendezvous.freshness import revalidate_dir
+from ascend_node.rendezvous.volume_call import call, raise_if_io
 
 log = logging.getLogger("ascend_node.mindcluster")
 
@@ -120,15 +121,18 @@ def revalidate_dirs(path: Path) -> None:
 
 
 def read_hccl_json(path: Path) -> Optional[bytes]:
-    """The file's bytes (a symlink is followed: a ConfigMap mount is one), None if absent."""
+    """The file's bytes (a symlink is followed: a ConfigMap mount is one), None if absent.
+    An I/O error of the volume (a soft mount's EIO) raises `VolumeIOError`: the file may
+    well be there, and the wait retries it (`volume_call.retrying`)."""
     try:
-        with open(path, "rb") as fh:
+        with call("read", path), open(path, "rb") as fh:
             return fh.read(MAX_FILE_SIZE + 1)
     except (FileNotFoundError, NotADirectoryError):
         return None
     except IsADirectoryError:
         return b"<a directory>"
     except OSError as exc:
+        raise_if_io(exc, path, "read")
         log.debug("cannot read %s: %s", path, exc)
         return None
 
