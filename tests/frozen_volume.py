@@ -74,6 +74,18 @@ def install() -> None:
     import io
 
     builtins.open = io.open = _wrap(io.open)  # type: ignore[assignment]
+    # Python 3.9's pathlib calls os through an accessor that took its functions when
+    # pathlib was imported (3.11 and later look them up on os at each call): wrap those too,
+    # or a Path.stat() on the volume would answer while os.stat() waits.
+    import pathlib
+
+    accessor = getattr(pathlib, "_NormalAccessor", None)
+    if accessor is not None:
+        for name in ("open", "stat", "lstat", "mkdir", "scandir", "rename", "link", "unlink",
+                     "utime", "rmdir", "listdir", "replace"):
+            real = accessor.__dict__.get(name)
+            if callable(real):
+                setattr(accessor, name, staticmethod(_wrap(real)))
     if os.environ.get("FROZEN_VOLUME_WAIT"):
         # How long `report`/`clean` wait for the volume (60 s in production).
         from ascend_node.rendezvous import volume_call
