@@ -70,6 +70,7 @@ def atomic_write_bytes(
     gid: Optional[int] = None,
     *,
     exclusive: bool = False,
+    durable: bool = True,
 ) -> None:
     """Replace `path` with `data` atomically, as a regular file with `mode` (umask ignored).
 
@@ -80,6 +81,14 @@ def atomic_write_bytes(
     `exclusive`: create `path` only if nothing is there (FileExistsError otherwise),
     still never showing a partial file: the complete temp file is hard-linked to the
     name, which the server does atomically (the classic NFS-safe exclusive create).
+
+    `durable=False`: no fsync of the data nor of the directory. Readers still see the old
+    file or the new one, never a torn one (the rename is atomic whatever the disk does);
+    what is given up is only that the new file survives a crash of the machine. For files
+    that are rewritten on every start and describe that start (`status.json`, the
+    pre-flight's verdict, the timeline summary): two fsyncs each are two disk flushes (two
+    NFS COMMITs on the shared volume) on every pod's critical path, for a file whose loss
+    in a crash costs nothing, because the pod starts again and writes it anew.
     """
     if not 0 <= mode <= 0o7777:
         raise ValueError(f"mode {mode:#o} is not a permission mode")
@@ -105,7 +114,8 @@ def atomic_write_bytes(
                 os.fchown(fd, -1 if uid is None else uid, -1 if gid is None else gid)
                 # chown clears set-id bits; re-apply the mode the caller asked for.
                 os.fchmod(fd, mode)
-            os.fsync(fd)
+            if durable:
+                os.fsync(fd)
         finally:
             os.close(fd)
         if exclusive:
@@ -117,7 +127,8 @@ def atomic_write_bytes(
         with contextlib.suppress(OSError):
             os.unlink(temp)
         raise
-    _fsync_dir(directory)
+    if durable:
+        _fsync_dir(directory)
 
 
 def _link_exclusive(temp: str, target: str) -> None:

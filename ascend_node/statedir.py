@@ -195,7 +195,7 @@ def write_status(state_dir: Path, status: StatusDoc) -> None:
         ensure_state_dir(state_dir)
         atomic_write_bytes(state_dir / STATUS_JSON,
                            (json.dumps(status.to_json(), indent=2) + "\n").encode(),
-                           mode=0o644)
+                           mode=0o644, durable=False)
     except (ConfigError, OSError):
         pass
 

@@ -161,6 +161,45 @@ def test_directory_fsync_unsupported_is_tolerated(
     assert (tmp_path / "f").read_bytes() == b"x"
 
 
+@pytest.mark.parametrize(("durable", "flushes"), [(True, 2), (False, 0)])
+def test_only_a_durable_write_flushes_but_every_write_is_whole_with_its_mode(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, durable: bool, flushes: int
+) -> None:
+    calls: list[int] = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(atomic.os, "fsync", lambda fd: (calls.append(fd), real_fsync(fd)))
+    (tmp_path / "status.json").write_bytes(b"old")
+    atomic_write_bytes(tmp_path / "status.json", b"new", mode=0o644, durable=durable)
+    assert len(calls) == flushes
+    assert (tmp_path / "status.json").read_bytes() == b"new"
+    assert stat.S_IMODE((tmp_path / "status.json").stat().st_mode) == 0o644
+    assert _entries(tmp_path) == ["status.json"]
+
+
+def test_the_files_rewritten_on_every_start_are_not_flushed_and_the_handoff_is(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """status.json and the pre-flight's verdict describe one start (a crash loses nothing a
+    restart does not write again); the rank table and the server's files are durable."""
+    from ascend_node.handoff.outputs import _write
+    from ascend_node.preflight.record import write_preflight
+    from ascend_node.statedir import StatusDoc, write_status
+
+    flushed: list[str] = []
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        if not stat.S_ISDIR(os.fstat(fd).st_mode):
+            flushed.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    monkeypatch.setattr(atomic.os, "fsync", fsync)
+    write_status(tmp_path, StatusDoc(state="in_progress", phase="rendezvous", command="ranktable"))
+    write_preflight(tmp_path, {"verdict": "ok"})
+    _write(tmp_path / "ranktable.json", b"{}", 0o640, None)
+    assert [Path(p).name.split(".tmp-")[0].lstrip(".") for p in flushed] == ["ranktable.json"]
+
+
 def test_bad_mode_is_rejected_before_touching_disk(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="0o10000"):
         atomic_write_bytes(tmp_path / "f", b"x", mode=0o10000)

@@ -39,6 +39,7 @@ def write_preflight(state_dir: Path, doc: dict[str, Any]) -> None:
     try:
         state_dir.mkdir(mode=0o750, parents=True, exist_ok=True)
         atomic_write_bytes(state_dir / PREFLIGHT_JSON,
-                           (json.dumps(doc, indent=2) + "\n").encode(), mode=0o644)
+                           (json.dumps(doc, indent=2) + "\n").encode(), mode=0o644,
+                           durable=False)
     except OSError as exc:
         log.warning("cannot write %s: %s", state_dir / PREFLIGHT_JSON, exc.strerror or exc)
