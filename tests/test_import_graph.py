@@ -94,7 +94,8 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("preflight",),                                      # rides on the rendezvous
     ("rendezvous",),                                     # step 3 on the shared volume
     ("discover", "ranktable"),                           # steps 1-2 and 4, pure at heart
-    ("errors", "atomic", "tools", "logs", "events", "statedir", "quantities"),  # the ground
+    ("errors", "atomic", "tools", "logs", "events", "statedir", "quantities",
+     "pydantic_plugins"),  # the ground
 )
 GROUND = FLOORS[-1]
 STEPS = ("discover", "rendezvous", "preflight", "sources", "handoff", "chain")

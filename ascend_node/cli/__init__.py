@@ -7,11 +7,13 @@ needed (`app.Commands`: a pod's command imports its own module only).
 
 from typing import Optional
 
+from ascend_node import pydantic_plugins
 from ascend_node.cli.app import app
 
 
 def main(argv: Optional[list[str]] = None) -> None:
     """Console-script entry point."""
+    pydantic_plugins.disable_in_this_process()
     app(args=argv, prog_name="ascend-node")
 
 

@@ -30,6 +30,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import NoReturn, Optional
 
+from ascend_node import pydantic_plugins
 from ascend_node.errors import ExecNotExecutable, ExecNotFound
 
 DEFAULT_MINDIE_DAEMON = "/usr/local/Ascend/mindie/latest/mindie-service/bin/mindieservice_daemon"
@@ -176,7 +177,7 @@ def exec_command(argv: Sequence[str], env: Mapping[str, str]) -> NoReturn:
     if not args:
         raise ExecNotFound("no command to exec", "give a command after `--`")
     program = resolve_executable(args[0], env)
-    final_env = {str(k): str(v) for k, v in env.items()}
+    final_env = {str(k): str(v) for k, v in pydantic_plugins.handed_on(env).items()}
     flush_output()
     restore_default_signals()
     try:

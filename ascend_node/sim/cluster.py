@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Callable, Optional
 
-from ascend_node import events
+from ascend_node import events, pydantic_plugins
 from ascend_node.sim.fake_tools import (
     FakeDevice,
     SuperPodSeat,
@@ -245,7 +245,8 @@ def prepare(spec: SimSpec, work: Path, shared_dir: Path) -> list[SimNode]:
         state = node_dir / "state"
         data = node_dir / "hccn"
         env = {
-            k: v for k, v in os.environ.items()
+            # (the user's environment: not what this agent process set for itself)
+            k: v for k, v in pydantic_plugins.handed_on(os.environ).items()
             if not k.startswith(("ASCEND_NODE_", "VC_", "VK_", "K8S_", "KUBEFLOW_", "KFJ_"))
             and k not in ("ROLE", "POD_UID", "POD_IP", "MODEL_PATH", "ASCEND_VISIBLE_DEVICES")
         }
