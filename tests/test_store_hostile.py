@@ -205,6 +205,10 @@ def _attempt_id(shared: Path) -> str:
     _wait_for(lambda: isinstance(read_doc(path, AttemptDoc, "t"), Valid), "attempt.json")
     got = read_doc(path, AttemptDoc, "t")
     assert isinstance(got, Valid)
+    # Node 0 makes the attempt's directory after it wrote attempt.json: a file planted
+    # into it needs the directory (on a loaded machine the gap is long enough to see).
+    attempt_dir = path.parent / "attempts" / got.doc.attempt_id
+    _wait_for(attempt_dir.is_dir, f"{attempt_dir}")
     return got.doc.attempt_id
 
 
