@@ -59,6 +59,7 @@ from ascend_node.pd.motor_rules import (
 )
 
 PERIOD_ENV = "ASCEND_NODE_SIM_MOTOR_PERIOD"
+ADDRESSES_ENV = "ASCEND_NODE_SIM_MOTOR_ADDRESSES"
 STATE_ENV = "ASCEND_NODE_SIM_MOTOR_STATE"
 CONTROLLER_CONFIG_ENV = "MINDIE_MS_CONTROLLER_CONFIG_FILE_PATH"
 COORDINATOR_CONFIG_ENV = "MINDIE_MS_COORDINATOR_CONFIG_FILE_PATH"
@@ -98,6 +99,19 @@ def table_path_of(environ: Mapping[str, str], config: Mapping[str, Any]) -> Opti
         return value
     key = config.get(TABLE_KEY)
     return key if isinstance(key, str) and key else None
+
+
+def address_map(environ: Mapping[str, str]) -> dict[str, str]:
+    """`simulate --pd`'s pods share one network namespace and their pod IPs are addresses
+    nothing routes (the agent refuses a loopback pod IP): ASCEND_NODE_SIM_MOTOR_ADDRESSES
+    (`POD_IP=LOOPBACK,...`) says where the fakes really listen and connect. Unset (a
+    container, a guest of the NFS bed), every address is itself."""
+    out = {}
+    for part in environ.get(ADDRESSES_ENV, "").split(","):
+        pod, sep, real = part.strip().partition("=")
+        if sep and pod and real:
+            out[pod] = real
+    return out
 
 
 def controller_refusal(environ: Mapping[str, str]) -> Optional[str]:
@@ -290,6 +304,7 @@ def run_coordinator(argv: Sequence[str], environ: Mapping[str, str]) -> int:
     if problems:
         raise Refused(str(problems[0]))
     addresses = listen_addresses(argv, config)
+    real = address_map(environ)
     told: dict[str, Any] = {"instances": [], "refreshes": 0}
     lock = threading.Lock()
 
@@ -340,7 +355,7 @@ def run_coordinator(argv: Sequence[str], environ: Mapping[str, str]) -> int:
     servers = []
     for host, port in addresses:
         try:
-            httpd = ThreadingHTTPServer((host, port), Handler)
+            httpd = ThreadingHTTPServer((real.get(host, host), port), Handler)
         except OSError as exc:
             raise Refused(f"cannot listen on {host}:{port}: {exc.strerror}") from exc
         httpd.daemon_threads = True
@@ -380,6 +395,7 @@ class Controller:
         self.relaxed = environ.get(CHECK_PERMISSION_ENV, "").strip() == "0"
         self.port = int(config.get("mindie_ms_coordinator_port", DEFAULT_COORDINATOR_PORT))
         self.post = post
+        self.real = address_map(environ)
         self.nodes: Optional[dict[str, MotorNode]] = None
         self.told: dict[str, bool] = {}  # coordinator -> told of the current nodes
         self.last_problem: Optional[str] = None
@@ -416,7 +432,7 @@ class Controller:
         for address in coordinators:
             if self.told.get(address):
                 continue
-            why = self.post(address, self.port, refresh_body(nodes))
+            why = self.post(self.real.get(address, address), self.port, refresh_body(nodes))
             self.told[address] = why is None
             if why is not None:
                 _say("controller", f"refresh of coordinator {address}:{self.port} failed: "
