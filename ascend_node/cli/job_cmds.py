@@ -6,7 +6,7 @@ No `from __future__ import annotations` here (see `app`).
 import os
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
@@ -144,11 +144,26 @@ def report(
         from ascend_node.report.cli import run_report
 
         settings = settings_from(False, shared_dir=shared_dir, run_id=run_id)
+
+        def draw() -> Any:
+            from ascend_node.report.instances import pd_instance_runs, run_pd_report
+
+            shared, run = require_rendezvous_settings(settings)
+            instances = pd_instance_runs(shared, run)
+            if instances is None:
+                return run_report(shared, run, attempt, html, width)
+            for given, flag in ((attempt, "--attempt"), (html, "--html")):
+                if given is not None:
+                    from ascend_node.errors import UsageError
+
+                    raise UsageError(f"{flag} draws one run, but {run} is a PD service's "
+                                     "(one run per instance)", "give an instance's run id: "
+                                     f"--run-id {run}-<task>, e.g. {run}-prefill-0")
+            return run_pd_report(shared, run, instances, width)
+
         # Bounded: a shared volume that does not answer is exit 4 naming it, not a hang.
-        doc, text = bounded(
-            lambda: run_report(*require_rendezvous_settings(settings), attempt, html, width),
-            OPERATOR_WAIT, settings.shared_dir or "the shared directory",
-            "the run's records could not be read", name="report")
+        doc, text = bounded(draw, OPERATOR_WAIT, settings.shared_dir or "the shared directory",
+                            "the run's records could not be read", name="report")
         if json_out:
             emit(doc)
         else:
