@@ -162,3 +162,44 @@ def test_the_controllers_configuration_fits_the_service(spec: PdSpec) -> None:
     flags = flags_from_controller_config(config)
     assert flags.multi_node and not flags.p_distributed and flags.d_distributed
     assert flags.p_devices == spec.prefill_pods * spec.devices
+
+
+def _processes_of(work: Path) -> list[int]:
+    """Processes whose command line or environment names the workspace."""
+    found = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            blob = (Path("/proc", pid, "cmdline").read_bytes()
+                    + Path("/proc", pid, "environ").read_bytes())
+        except OSError:
+            continue
+        if str(work).encode() in blob:
+            found.append(int(pid))
+    return found
+
+
+@pytest.mark.multiprocess
+def test_sigterm_stops_every_pod_and_removes_the_workspace() -> None:
+    import signal
+    import time
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ASCEND_NODE_", "VC_"))}
+    proc = subprocess.Popen([sys.executable, "-m", "ascend_node", "simulate", "--pd",
+                             "--devices", "2", "--absent", "decode-0/0", "--timeout", "60"],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stderr is not None
+    first = proc.stderr.readline()  # "simulate: starting a PD service ... in <workspace>"
+    work = Path(first.rsplit(" in ", 1)[1].strip())
+    deadline = time.monotonic() + 30
+    while not (work / "controller" / "stderr.txt").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(1.0)  # the service pods and the servers are running (decode-0 never comes)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143, err
+    assert "simulate terminated by signal 15 (SIGTERM): every pod stopped, workspace removed" \
+        in err
+    assert not work.exists()
+    assert _processes_of(work) == []

@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import IO, Any, Callable, Optional
 
 from ascend_node import pydantic_plugins
-from ascend_node.errors import UsageError
+from ascend_node.errors import Interrupted, Terminated, UsageError
 from ascend_node.sim.cluster import (
     NodeResult,
     SimNode,
@@ -409,6 +409,14 @@ def simulate_pd(spec: PdSpec, shared_dir: Optional[Path] = None, keep: Optional[
         f"coordinator, a controller) in {work}")
     try:
         report = run_pd_service(spec, shared_dir, work, say)
+    except (Terminated, KeyboardInterrupt) as exc:  # every process was stopped on the way
+        if not keep:
+            shutil.rmtree(work, ignore_errors=True)
+        left = f"workspace kept: {work}" if keep else "workspace removed"
+        kind = Terminated if isinstance(exc, Terminated) else Interrupted
+        what = exc.cause if isinstance(exc, Terminated) else "interrupted by signal 2 (SIGINT)"
+        raise kind(f"simulate {what}: every pod stopped, {left}",
+                   "nothing of the simulation is left running") from None
     except BaseException:
         if not keep:
             shutil.rmtree(work, ignore_errors=True)
