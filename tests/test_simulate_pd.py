@@ -62,6 +62,8 @@ def test_the_1p2_1d1_service_comes_up_and_the_controller_accepts_it() -> None:
         assert view["path"] == doc["global_table_path"]
         assert view["groups"] == ["0", "1", "2", "3"]
         assert doc["coordinator_refreshes"] >= 1
+        # how soon the table followed (the target is 1 s; the bound is for a loaded machine)
+        assert 0 <= doc["table_lag_seconds"] < 10 and 0 <= doc["accept_lag_seconds"] < 10
         # ... and told the coordinator of the instances' nodes (P's master, D's DP ranks).
         told = [json.loads(line) for line in
                 (work / "coordinator" / "state.jsonl").read_text().splitlines()]

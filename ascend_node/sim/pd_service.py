@@ -189,6 +189,10 @@ class PdReport:
     wall_seconds: float
     workspace_kept: bool = True
     instance_tables: dict[str, Optional[str]] = field(default_factory=dict)
+    # Seconds from the last instance table to the global table (its file's mtime), and from
+    # the global table to the fake controller's first acceptance (the target: 1 s).
+    table_lag: Optional[float] = None
+    accept_lag: Optional[float] = None
 
     @property
     def accepted(self) -> bool:
@@ -391,12 +395,24 @@ def run_pd_service(spec: PdSpec, shared_dir: Optional[Path], work: Path,
         flags = flags_from_controller_config(controller_config(spec))
         problems = [f"{p.path}: {p.message}" for p in check_global_table(table, flags)]
     tables = {}
+    stamps = []
     for task, _ in spec.tasks():
         path = shared / f"ranktable-{spec.run_id}-{task}.json"
         tables[task] = path.read_text() if path.is_file() else None
+        with contextlib.suppress(OSError):
+            stamps.append(path.stat().st_mtime)
+    table_lag = accept_lag = None
+    with contextlib.suppress(OSError):
+        written = table_path.stat().st_mtime
+        if len(stamps) == len(spec.tasks()):
+            table_lag = round(written - max(stamps), 3)
+        accepted = [x for x in _jsonl(work / "controller" / "state.jsonl")
+                    if x.get("event") == "accepted"]
+        if accepted:
+            accept_lag = round(float(accepted[0]["time"]) - written, 3)
     return PdReport(spec, shared, work, ran, service, table_path, table, problems,
                     _controller_view(work), _refreshes(work), wall,
-                    instance_tables=tables)
+                    instance_tables=tables, table_lag=table_lag, accept_lag=accept_lag)
 
 
 def simulate_pd(spec: PdSpec, shared_dir: Optional[Path] = None, keep: Optional[bool] = None,
@@ -482,6 +498,10 @@ def format_pd_report(report: PdReport) -> str:
                      f"; {view['prefill']} P + {view['decode']} D instances, "
                      f"{len(view['nodes'])} nodes; coordinator told "
                      f"{report.refreshes} time{'s' if report.refreshes != 1 else ''}")
+        if report.table_lag is not None and report.accept_lag is not None:
+            lines.append(f"global table written {report.table_lag:.2f} s after the last "
+                         f"instance table; accepted by the controller {report.accept_lag:.2f} "
+                         "s after that")
     else:
         lines.append("fake controller: accepted no table")
     ok = sum(r.exit_code == 0 for _, _, r in report.servers)
@@ -539,6 +559,7 @@ def pd_report_json(report: PdReport) -> dict[str, Any]:
         "pods": pods, "global_table_path": str(report.table_path),
         "global_table_problems": report.problems, "global_table": report.table,
         "controller": report.controller, "coordinator_refreshes": report.refreshes,
+        "table_lag_seconds": report.table_lag, "accept_lag_seconds": report.accept_lag,
         "workspace": str(report.workspace), "workspace_kept": kept,
         "wall_seconds": round(report.wall_seconds, 3),
     }
