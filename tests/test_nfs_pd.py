@@ -26,7 +26,12 @@ import pytest
 from ascend_node.pd.motor_rules import check_global_table, flags_from_controller_config
 from ascend_node.pd.roles import instance_environ, read_pd_identity
 from ascend_node.sim.cluster import SimNode
-from ascend_node.sim.fake_motor import ADDRESSES_ENV, PERIOD_ENV, install_motor_fakes
+from ascend_node.sim.fake_motor import (
+    ADDRESSES_ENV,
+    PERIOD_ENV,
+    STATE_ENV,
+    install_motor_fakes,
+)
 from tests.nfs_bed import GUEST_PODS, GUEST_SHARED, Bed, BedError, explain, why_not
 
 pytestmark = [pytest.mark.nfs, pytest.mark.multiprocess]
@@ -57,6 +62,43 @@ code = p.wait()
 print(f"until-stop: exit {code}", file=sys.stderr)
 sys.exit(0 if code in (0, -15, 143) else 1)
 """
+
+# The restart waits until the fake controller has accepted the first decode pod (else it
+# could start before the controller does, and the controller never see the old pod): the
+# gate, on the decode pod's client, creates the gate file if missing and waits for content;
+# the opener, on the controller's client, appends once the controller's state says so. A
+# file this client created (or never looked up) is not hidden by a cached "no such file".
+GATE = r"""
+import os, sys, time
+gate = sys.argv[1]
+open(gate, "a").close()
+deadline = time.time() + 150
+while time.time() < deadline:
+    with open(gate, "rb") as f:
+        if os.fstat(f.fileno()).st_size > 0:
+            break
+    time.sleep(0.2)
+os.execv(sys.argv[2], sys.argv[2:])
+"""
+OPENER = r"""
+import json, sys, time
+state, gate, wanted = sys.argv[1:4]
+deadline = time.time() + 150
+while time.time() < deadline:
+    try:
+        lines = [json.loads(x) for x in open(state).read().splitlines() if x.strip()]
+    except (OSError, ValueError):
+        lines = []
+    if any(x["event"] == "accepted" and any(n.startswith(wanted + ":") for n in x["nodes"])
+           for x in lines):
+        with open(gate, "a") as f:
+            f.write("open\n")
+        sys.exit(0)
+    time.sleep(0.2)
+sys.exit(1)
+"""
+GATE_FILE = f"{GUEST_SHARED}/gate-{RUN}"
+MOTOR_STATE = f"{GUEST_PODS}/{RUN}-motor-state.jsonl"  # the controller's client's tmpfs
 
 # A controller-like reader: the table every 0.1 s, judged by the controller's rules.
 READER = r"""
@@ -160,11 +202,11 @@ def instance_pods(bed: Bed, task: str, subnet: int, first: int, generation: int 
 
 def service_pods(bed: Bed, config: Path) -> list[SimNode]:
     """0 coordinator, 1 pd-table, 2 controller, 3 the controller client's reader (writes
-    the stop file), 4 a reader on client 0."""
+    the stop file), 4 a reader on client 0, 5 the restart's gate opener."""
     fakes = install_motor_fakes(bed.work / "motor-bin")
     coordinator_config = bed.work / "ms_coordinator.json"
     coordinator_config.write_text((MOTOR / "ms_coordinator.json").read_text())
-    nodes = bed.pods(5, devices=1, run_id=f"{RUN}-svc", timeout=120)
+    nodes = bed.pods(6, devices=1, run_id=f"{RUN}-svc", timeout=120)
     agent = [sys.executable, "-m", "ascend_node"]
     until = [sys.executable, "-c", UNTIL_STOP, STOP]
     addresses = "172.16.0.10=127.0.0.10,172.16.0.11=127.0.0.11"
@@ -179,6 +221,8 @@ def service_pods(bed: Bed, config: Path) -> list[SimNode]:
                                        NEW_DECODE_IP, STOP, "150"]),
         ("controller", "172.16.0.12", [sys.executable, "-c", READER, TABLE, str(config),
                                        NEW_DECODE_IP, "-", "150"]),
+        ("controller", "172.16.0.11", [sys.executable, "-c", OPENER, MOTOR_STATE, GATE_FILE,
+                                       "172.16.2.10"]),
     ]
     for node, (task, ip, argv) in zip(nodes, commands):
         for name in ("ROLE", "VC_MASTER_NUM", "VC_WORKER_NUM"):
@@ -188,7 +232,8 @@ def service_pods(bed: Bed, config: Path) -> list[SimNode]:
                          "K8S_HOST_IP": "192.168.0.1", "ASCEND_NODE_SIM_PYTHON": sys.executable,
                          "MINDIE_MS_COORDINATOR_CONFIG_FILE_PATH": str(coordinator_config),
                          "MINDIE_MS_CONTROLLER_CONFIG_FILE_PATH": str(config),
-                         ADDRESSES_ENV: addresses, PERIOD_ENV: "0.5"})
+                         ADDRESSES_ENV: addresses, PERIOD_ENV: "0.5",
+                         STATE_ENV: MOTOR_STATE})
         node.argv = argv
     return nodes
 
@@ -197,21 +242,24 @@ def test_a_pd_service_across_clients_and_a_decode_restart_rewritten_in_place(
         bed: Bed) -> None:
     config = controller_config(bed)
     service = service_pods(bed, config)
-    svc = bed.start_run(service, hard_timeout=200, place=lambda i: 0 if i == 4 else 2)
+    svc = bed.start_run(service, hard_timeout=250, place=lambda i: 0 if i == 4 else 2)
     # P's pods on client 0, D's on client 1
     bed.start_run([*instance_pods(bed, "prefill-0", 1, 0),
                    *instance_pods(bed, "decode-0", 2, 2)], hard_timeout=90,
                   place=lambda i: 0 if i < 2 else 1)
     first = bed.finish_run()
     assert [r.exit_code for r in first] == [0, 0, 0], explain(first)
-    # The job restarts the decode task: a new pod, a new address, a new job version.
-    bed.start_run(instance_pods(bed, "decode-0", 2, 0, generation=1), hard_timeout=90,
-                  place=lambda i: 1)
+    # The job restarts the decode task: a new pod, a new address, a new job version (once
+    # the controller has seen the old one: the gate).
+    restarted = instance_pods(bed, "decode-0", 2, 0, generation=1)
+    for node in restarted:
+        node.argv = [sys.executable, "-c", GATE, GATE_FILE, *node.argv]
+    bed.start_run(restarted, hard_timeout=200, place=lambda i: 1)
     again = bed.finish_run()
     assert [r.exit_code for r in again] == [0], explain(again)
     results = bed.finish_run(svc)
-    coordinator, writer, controller, reader, far_reader = results
-    assert [r.exit_code for r in results] == [0] * 5, explain(results)
+    coordinator, writer, controller, reader, far_reader, _opener = results
+    assert [r.exit_code for r in results] == [0] * 6, explain(results)
 
     seen: list[dict[str, Any]] = [json.loads(r.stdout.strip().splitlines()[-1])
                                   for r in (reader, far_reader)]
