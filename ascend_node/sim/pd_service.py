@@ -351,6 +351,15 @@ def _refreshes(work: Path) -> int:
     return sum(x.get("event") == "refresh" for x in _jsonl(work / "coordinator" / "state.jsonl"))
 
 
+def _gave_up(service: Sequence[ServiceProcess], table_written: bool) -> bool:
+    """Whether the service cannot come up any more and every process has said why it
+    would: the controller (or the coordinator) ended, and `pd-table` either ended too (its
+    --timeout names the missing instances) or has written its table (it would only watch)."""
+    ended = {p.name: p.proc is not None and p.proc.poll() is not None for p in service}
+    table_done = ended.get("pd-table", True) or table_written
+    return (ended.get("controller", False) or ended.get("coordinator", False)) and table_done
+
+
 def run_pd_service(spec: PdSpec, shared_dir: Optional[Path], work: Path,
                    say: Callable[[str], None] = lambda _: None) -> PdReport:
     """Start the service, wait for it to come up (or fail), stop it, report."""
@@ -361,6 +370,7 @@ def run_pd_service(spec: PdSpec, shared_dir: Optional[Path], work: Path,
     shared.mkdir(parents=True, exist_ok=True)
     service = service_processes(spec, work, shared, loopback_base())
     servers = server_pods(spec, work, shared)
+    table_path = global_table_path(shared, spec.run_id)
     t0 = time.monotonic()
     results: list[NodeResult] = []
     try:
@@ -371,10 +381,8 @@ def run_pd_service(spec: PdSpec, shared_dir: Optional[Path], work: Path,
         served = all(r.exit_code == 0 for r in results) and not spec.absent
         deadline = time.monotonic() + (spec.timeout if served else spec.timeout + SETTLE)
         while time.monotonic() < deadline:
-            if all(p.proc is not None and p.proc.poll() is not None for p in service):
+            if _gave_up(service, table_path.exists()):
                 break
-            if any(p.proc is not None and p.proc.poll() not in (None, 0) for p in service):
-                break  # a service process failed: nothing will come up
             view = _controller_view(work)
             if (served and view is not None and view.get("prefill") == spec.prefill
                     and view.get("decode") == spec.decode and _refreshes(work)):
@@ -386,7 +394,6 @@ def run_pd_service(spec: PdSpec, shared_dir: Optional[Path], work: Path,
     by_index = {r.index: r for r in results}
     ran = [(task, place, by_index[node.index]) for task, place, node in servers
            if node.index in by_index]
-    table_path = global_table_path(shared, spec.run_id)
     table: Optional[dict[str, Any]] = None
     problems: list[str] = []
     with contextlib.suppress(OSError, ValueError):
