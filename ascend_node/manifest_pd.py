@@ -107,8 +107,9 @@ class PdShape:
                 + [(f"decode-{j}", self.decode_pods) for j in range(self.decode)])
 
 
-def check_shape(shape: PdShape) -> None:
-    """UsageError naming the flag of the first value a PD service cannot have."""
+def check_shape(shape: PdShape, name: Optional[str] = None) -> None:
+    """UsageError naming the flag of the first value a PD service cannot have (and, with
+    the Job's `name`, a name too long for this shape's pod hostnames)."""
     for flag, value, hi in (("--prefill", shape.prefill, MAX_INSTANCES),
                             ("--decode", shape.decode, MAX_INSTANCES),
                             ("--prefill-pods", shape.prefill_pods, MINDIE_MAX_NODES),
@@ -120,6 +121,8 @@ def check_shape(shape: PdShape) -> None:
         raise UsageError(f"--prefill {shape.prefill} + --decode {shape.decode} instances: the "
                          f"controller reads at most {MAX_INSTANCES} instance groups",
                          "render fewer instances")
+    if name is not None:
+        _check_name(name, shape)
 
 
 def check_pd(p: ManifestParams, shape: PdShape) -> None:
@@ -135,14 +138,20 @@ def check_pd(p: ManifestParams, shape: PdShape) -> None:
         raise UsageError("--https with --kind mindie-pd: the controller's and the "
                          "coordinator's TLS items are not rendered",
                          "use --no-https (the default) for the service's internal traffic")
-    longest = max(len(task) for task, _ in shape.tasks())
-    pods = max(shape.prefill_pods, shape.decode_pods)
-    name = f"{p.name}-{'x' * longest}-{pods - 1}"
-    if len(name) > MAX_HOSTNAME:
+    _check_name(p.name, shape)
+
+
+def _check_name(name: str, shape: PdShape) -> None:
+    """Volcano names a pod `<job>-<task>-<index>` and the svc plugin makes that its
+    hostname: at most 63 characters for the longest."""
+    longest = max([f"{name}-{task}-{pods - 1}" for task, pods in
+                   [*shape.tasks(), ("coordinator", 1), ("controller", 1)]], key=len)
+    if len(longest) > MAX_HOSTNAME:
         raise UsageError(
-            f"job name {p.name!r} is too long for this shape: a pod hostname has "
-            f"{len(name)} characters (max {MAX_HOSTNAME})",
-            f"shorten the name to at most {MAX_HOSTNAME - len(name) + len(p.name)} characters")
+            f"job name {name!r} is too long for this shape: pod hostname {longest!r} has "
+            f"{len(longest)} characters (max {MAX_HOSTNAME})",
+            f"shorten the name to at most {MAX_HOSTNAME - len(longest) + len(name)} "
+            "characters")
 
 
 def configmap_name(p: ManifestParams) -> str:

@@ -234,7 +234,7 @@ def manifest(
             from ascend_node.manifest_pd import PdShape, check_shape
 
             shape = PdShape(*(1 if v is None else v for v in shape_flags.values()))
-            check_shape(shape)  # before the instance's size reaches ManifestParams
+            check_shape(shape, name)  # before the instance's size reaches ManifestParams
         params = ManifestParams(
             kind="mindie" if pd else kind,  # type: ignore[arg-type]
             name=name, nodes=(max(shape.prefill_pods, shape.decode_pods) if pd
