@@ -20,6 +20,7 @@ from ascend_node.cli.options import (
 
 @app.command(rich_help_panel=OFFLINE)
 def simulate(
+    ctx: typer.Context,
     nodes: Annotated[int, typer.Option("--nodes", min=1, max=1024,
                                        help="Number of simulated pods")] = 2,
     devices: Annotated[Optional[int], typer.Option(
@@ -61,15 +62,39 @@ def simulate(
     timeline: Annotated[bool, typer.Option(
         "--report", help="Then draw every node's start on one time axis (as "
         "`ascend-node report` does)")] = False,
+    pd: Annotated[bool, typer.Option(
+        "--pd", help="A PD-disaggregated MindIE service: a coordinator, a controller (with "
+        "pd-table --watch), prefill and decode instances booting into fake daemons "
+        "(docs/simulate.md)")] = False,
+    prefill: Annotated[int, typer.Option("--prefill", min=1, max=16,
+                                         help="With --pd: prefill instances")] = 1,
+    decode: Annotated[int, typer.Option("--decode", min=1, max=16,
+                                        help="With --pd: decode instances")] = 1,
+    prefill_pods: Annotated[int, typer.Option(
+        "--prefill-pods", min=1, max=16, help="With --pd: pods per prefill instance")] = 2,
+    decode_pods: Annotated[int, typer.Option(
+        "--decode-pods", min=1, max=16, help="With --pd: pods per decode instance")] = 1,
     json_out: Json = False, debug: Debug = False,
 ) -> None:
     """Run the real agent as N local processes with fake NPUs; one line per server.
 
-    Exit: 0 when every node holds the same table, else the worst node's exit.
+    Exit: 0 when every node holds the same table (with --pd: when the service came up),
+    else the worst node's exit.
     """
     logs.setup(False, debug_on(debug))
     with exit_codes(debug_on(debug)):
         signal.signal(signal.SIGTERM, on_sigterm)  # stop the nodes, remove the workspace
+        given = {name for name in ctx.params
+                 if getattr(ctx.get_parameter_source(name), "name", "") == "COMMANDLINE"}
+        if pd or given & set(PD_ONLY):
+            from ascend_node.sim.pd_options import build_pd_spec
+
+            spec_pd = build_pd_spec(
+                given, prefill=prefill, decode=decode, prefill_pods=prefill_pods,
+                decode_pods=decode_pods, devices=devices, a3=a3, timeout=timeout,
+                tool_delay=tool_delay, run_id=run_id, absent=absent, pd=pd)
+            _simulate_pd(spec_pd, shared_dir, keep, json_out)
+            return
         from ascend_node.sim.cluster import write_table
         from ascend_node.sim.options import build_spec, check_paths
         from ascend_node.sim.session import simulate as run_simulation
@@ -103,6 +128,26 @@ def simulate(
                 out(drawn[1])
         if not report.ok:
             raise typer.Exit(report.worst_exit)
+
+
+PD_ONLY = ("prefill", "decode", "prefill_pods", "decode_pods")  # need --pd
+
+
+def _simulate_pd(spec: Any, shared_dir: Optional[Path], keep: Optional[bool],
+                 json_out: bool) -> None:
+    """`simulate --pd`: the service, its summary, exit 0 when it came up."""
+    from ascend_node.sim.options import check_paths
+    from ascend_node.sim.pd_service import format_pd_report, pd_report_json, simulate_pd
+    from ascend_node.sim.session import _stderr
+
+    check_paths(shared_dir, None)
+    report = simulate_pd(spec, shared_dir, keep, say=_stderr)
+    if json_out:
+        emit(pd_report_json(report))
+    else:
+        out(format_pd_report(report))
+    if not report.ok:
+        raise typer.Exit(report.worst_exit)
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
