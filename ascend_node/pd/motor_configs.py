@@ -7,8 +7,8 @@ a cluster-internal service. A hand-edited copy would drift from the Job the firs
 instance size changed; rendering both from one shape keeps them together.
 
 The values are MindIE-Motor's shipped defaults (`config/ms_controller.json`,
-`config/ms_coordinator.json` @5dfb024e; `fixtures/mindie-motor/` and
-`/work/shared/upstream/mindie-motor/`) with these changes, each for a reason:
+`config/ms_coordinator.json` @5dfb024e, copies in `fixtures/mindie-motor/`) with these
+changes, each for a reason:
 
 - `multi_node_infer_config.multi_node_infer_enable` true: every instance with more than one
   pod, and a service with more than one instance, needs it (single-node mode reads one
