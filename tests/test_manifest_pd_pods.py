@@ -21,8 +21,10 @@ left running. Root only; skips without podman/mmdebstrap.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -111,6 +113,7 @@ def test_the_rendered_service_comes_up_and_a_decode_restart_is_rewritten(
     config = json.loads(configmap["data"]["ms_controller.json"])
     flags = flags_from_controller_config(config)
     try:
+        t0 = time.monotonic()
         kb.start()
         by_name = {p.name: p for p in kb.pods}
         assert sorted(by_name) == [f"{NAME}-{t}" for t in (
@@ -123,7 +126,9 @@ def test_the_rendered_service_comes_up_and_a_decode_restart_is_rewritten(
             doc = table(shared)
             return doc is not None and sorted(groups(doc)) == ["0", "1", "2", "3"]
 
+        t_ready = time.monotonic()
         kb.wait_for(complete, 120, "the global table with every group")
+        t_table = time.monotonic()
         path = shared / ".ascend-node" / RUN / "pd" / "global_ranktable.json"
         assert validate_global_file(path, flags, check_owner_uid=0) == []
         before = groups(table(shared))
@@ -154,13 +159,20 @@ def test_the_rendered_service_comes_up_and_a_decode_restart_is_rewritten(
         prefill_started = {n: bed.state(n).get("StartedAt") for n in by_name if "prefill" in n}
         (new,) = kb.restart_task("decode-0")
         assert new.name == decode.name and new.plan.ip != decode.plan.ip
+        t_restart = time.monotonic()
         kb.wait_for(lambda: new.ready, 300, "the restarted decode pod Ready")
+        t_new_ready = time.monotonic()
 
         def rewritten() -> bool:
             doc = table(shared)
             return doc is not None and groups(doc).get("3") == [new.plan.ip]
 
         kb.wait_for(rewritten, 120, "the table rewritten with the new decode address")
+        print(f"measured: every pod Ready {t_ready - t0:.1f} s after start, the complete "
+              f"table {t_table - t0:.1f} s; after RestartTask the decode pod Ready in "
+              f"{t_new_ready - t_restart:.1f} s, the table rewritten "
+              f"{time.monotonic() - t_restart:.1f} s after it (load average "
+              f"{os.getloadavg()[0]:.1f})")
         after = groups(table(shared))
         assert {k: v for k, v in after.items() if k != "3"} == \
             {k: v for k, v in before.items() if k != "3"}
