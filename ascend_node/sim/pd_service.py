@@ -491,7 +491,8 @@ def format_pd_report(report: PdReport) -> str:
 
 def table_verdict(report: PdReport) -> str:
     where = (str(report.table_path) if report.workspace_kept
-             or report.workspace not in report.table_path.parents else "(removed)")
+             or report.workspace not in report.table_path.parents
+             else "removed with the workspace (--keep keeps it, --json prints it)")
     if report.table is None:
         return "global rank table: none written"
     groups = len(report.table.get("server_group_list", []))
