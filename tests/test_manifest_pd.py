@@ -396,3 +396,21 @@ def app_() -> Any:
     from ascend_node.cli import app
 
     return app
+
+
+def test_task_policies_are_what_volcanos_webhook_accepts() -> None:
+    """Per task: never event and exitCode in one policy, no exit code 0, no event or code
+    twice, actions among the webhook's (pkg/webhooks/admission/jobs/validate
+    `policyActionMap`: RestartTask is one); the Job itself restarts nothing."""
+    shape, p = shape_and_params("3p-2d-keyed-user")
+    job = render_pd_job(p, shape)
+    assert "policies" not in job["spec"]
+    for task in job["spec"]["tasks"]:
+        policies = task["policies"]
+        events = [x["event"] for x in policies if "event" in x]
+        codes = [x["exitCode"] for x in policies if "exitCode" in x]
+        assert all(("event" in x) != ("exitCode" in x) for x in policies)
+        assert 0 not in codes and len(set(codes)) == len(codes)
+        assert len(set(events)) == len(events) and "PodEvicted" not in events
+        assert {x["action"] for x in policies} <= {"AbortJob", "RestartJob", "RestartTask",
+                                                   "TerminateJob", "CompleteJob", "ResumeJob"}
