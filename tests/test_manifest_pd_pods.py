@@ -15,7 +15,9 @@ the controller's pod holds a global table the controller's rules accept, with ev
 instance in its group, and the fake controller took it; then a decode pod killed is, by
 the rendered policy, its task restarted (the bed plays Volcano's `RestartTask`), and the
 table is rewritten with the new address in the same group while the prefill instance is
-left running. Root only; skips without podman/mmdebstrap.
+left running — and the table writer, killed before, was started again beside the
+controller by the kubelet (a native sidecar) and did the rewrite. Root only; skips
+without podman/mmdebstrap.
 """
 
 from __future__ import annotations
@@ -148,6 +150,17 @@ def test_the_rendered_service_comes_up_and_a_decode_restart_is_rewritten(
             / "ms_controller.json"
         assert copy.is_file() and not copy.is_symlink() and copy.stat().st_mode & 0o777 == 0o640
         assert json.loads(copy.read_text()) == config
+
+        # The table writer dies: the kubelet starts the native sidecar again, the
+        # controller (the pod's main container) runs on; the rewrite below is its work.
+        controller = by_name[f"{NAME}-controller-0"]
+        (writer,) = controller.sidecars
+        bed.podman("kill", "-s", "KILL", writer, check=False)
+        kb.wait_for(lambda: any(w.startswith(f"sidecar {writer} exited") for _, w in
+                                controller.events), 60, "the writer seen ending")
+        kb.wait_for(lambda: bed.state(writer).get("Running") is True, 60,
+                    "the writer running again")
+        assert controller.phase == "Running" and controller.ready
 
         # A decode pod dies; the rendered policy restarts its task only.
         decode = by_name[f"{NAME}-decode-0-0"]
