@@ -339,6 +339,7 @@ class Bed:
         self.last_start = 0.0  # host wall-clock time of the last run's common start
         self._netns_made = False
         self._watchdog: Optional[subprocess.Popen[bytes]] = None
+        self._runs: dict[str, tuple[str, float, list[int], set[int]]] = {}
 
     # -- set up ----------------------------------------------------------------------
     def __enter__(self) -> Bed:
@@ -553,10 +554,14 @@ class Bed:
         self.last_start = start
         self._pending = (batch_id, lead + hard_timeout + 30, [n.index for n in nodes],
                          {p["client"] for p in pods})
+        self._runs[batch_id] = self._pending
         return batch_id
 
-    def finish_run(self) -> list[PodResult]:
-        batch_id, wait, order, _used = self._pending
+    def finish_run(self, batch_id: Optional[str] = None) -> list[PodResult]:
+        """Collect the last run started, or the named one (runs overlap: each guest runs
+        each batch in its own thread)."""
+        batch_id, wait, order, _used = (self._pending if batch_id is None
+                                        else self._runs[batch_id])
         deadline = time.monotonic() + wait
         results: dict[int, PodResult] = {}
         for c, guest in enumerate(self.guests[1:]):

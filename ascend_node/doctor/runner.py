@@ -196,6 +196,9 @@ def run_doctor(
             raise
         checks.append(CheckResult("node.identity", "fail", exc.cause, exc.hint))
 
+    if environ.get("ASCEND_NODE_PD_TASK", "").strip():
+        checks.append(_pd_role_check(environ, settings, answer is True,
+                                     ident.pod_ip if ident else None))
     checks.append(_source_check(settings))
 
     # The shared volume: every check of it is bounded (`VOLUME_ANSWER`), so a volume that
@@ -347,6 +350,42 @@ def _publish_and_collect(paths: RunPaths, ident: NodeIdentity, mine: Any, peer_w
 
     return bounded(work, peer_wait + VOLUME_ANSWER, paths.root,
                    "the peers' facts could not be read", name="doctor-peers")
+
+
+def _pd_role_check(environ: Mapping[str, str], settings: Settings, volume_ok: bool,
+                   pod_ip: Optional[str]) -> CheckResult:
+    """`pd.role`: read the pod's PD identity and the global table (bounded)."""
+    from ascend_node.doctor.pd_role import check_pd_role
+    from ascend_node.pd.files import validate_global_file
+    from ascend_node.pd.roles import read_pd_identity
+    from ascend_node.pd.service import global_table_path
+
+    try:
+        me = read_pd_identity(environ)
+    except AscendNodeError as exc:
+        return check_pd_role(None, (exc.cause, exc.hint), None, None, None, None, pod_ip)
+    run_id = settings.run_id
+    suffix = f"-{me.task}"
+    if me.is_server and run_id and run_id.endswith(suffix):
+        run_id = run_id[:-len(suffix)]  # a server's run id is its instance's: <run>-<task>
+    if not volume_ok or settings.shared_dir is None or not run_id:
+        return check_pd_role(me, None, run_id, None, None, None, pod_ip)
+    path = global_table_path(settings.shared_dir, run_id)
+
+    def read() -> list[Any]:
+        if not path.exists():
+            return [None, None]
+        problems = validate_global_file(path)
+        try:
+            doc = json.loads(path.read_bytes().decode("utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError):
+            doc = None
+        return [problems, doc if isinstance(doc, dict) else None]
+
+    got = _bounded(read, settings)
+    if len(got) == 1:  # the volume did not answer
+        return check_pd_role(me, None, run_id, None, None, None, pod_ip)
+    return check_pd_role(me, None, run_id, path, got[0], got[1], pod_ip)
 
 
 def _source_check(settings: Settings) -> CheckResult:
