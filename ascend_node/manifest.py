@@ -736,7 +736,10 @@ def _lines(data: Any) -> list[str]:
                 # YAML limits implicit keys to 1024 characters; use an explicit key.
                 out.append(f"? {key_text}")
                 key_text = ""
-            if _is_block(value):
+            if _literal(value):
+                out.append(f"{key_text}: |")
+                out.extend("  " + line for line in value[:-1].split("\n"))
+            elif _is_block(value):
                 out.append(f"{key_text}:")
                 out.extend("  " + line for line in _lines(value))
             else:
@@ -752,6 +755,18 @@ def _lines(data: Any) -> list[str]:
             out.extend("  " + line for line in sub[1:])
         return out
     return [_scalar(data)]
+
+
+def _literal(value: Any) -> bool:
+    """A multi-line text (a file in a ConfigMap) that a `|` block holds exactly: printable
+    ASCII lines, none empty or ending with a space, the first not starting with one, and
+    one final newline (so that neither indentation nor chomping can change it)."""
+    if not isinstance(value, str) or not value.endswith("\n") or value.endswith("\n\n"):
+        return False
+    lines = value[:-1].split("\n")
+    return (len(lines) > 1 and all(line and line[-1] != " " and all(
+        0x20 <= ord(ch) < 0x7F for ch in line) for line in lines)
+        and not lines[0].startswith(" "))
 
 
 def _is_block(value: Any) -> bool:

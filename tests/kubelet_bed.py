@@ -15,8 +15,15 @@ template of the Job that `ascend-node manifest` prints, on top of scripts/contai
   (`persistentVolumeClaim` -> one shared host directory per claim; `hostPath` -> that path
   under the pod's fake *node* root, with `type: File|Directory` checked as the kubelet
   checks it; `emptyDir` -> a fresh directory, `/dev/shm` with `medium: Memory` -> podman's
-  shm; `secret` -> its items as files with `defaultMode`; `subPath` -> that entry, the
-  file itself), the `securityContext` (pod and
+  shm; `secret` -> its items as files with `defaultMode`; `configMap` -> its keys laid out
+  as the kubelet's atomic writer lays them out: the files in a timestamped directory,
+  `..data` a symlink to it, each key a symlink through `..data`; `subPath` -> that entry,
+  the file itself), `workingDir`, **native sidecars** (init containers with
+  `restartPolicy: Always`: a second container in the pod's network namespace, restarted
+  when it ends while the main container runs, stopped once the main container has ended;
+  the pod's phase is the main container's — started just after the main container, where
+  the kubelet starts it just before: nothing in a rendered pod depends on that order), the
+  `securityContext` (pod and
   container level: runAsUser/Group, runAsNonRoot, fsGroup, supplementalGroups,
   capabilities, readOnlyRootFilesystem, allowPrivilegeEscalation), `/dev/termination-log`,
   `restartPolicy: Never`, and the **probes on their schedule**: one worker per probe as in
@@ -29,6 +36,8 @@ template of the Job that `ascend-node manifest` prints, on top of scripts/contai
   the readiness probe runs at once (prober_manager.go `UpdatePodStatus`: "Trigger an
   immediate run of the readinessProbe"). exec probes run with `podman exec`, httpGet against
   the pod IP (https without verification, as the kubelet), tcpSocket by connecting.
+  Volcano's `RestartTask` is `restart_task`: the task's pods removed and re-created under
+  the same names with new pod IPs and UIDs, the job version unchanged.
   Not imitated: the kubelet's random start-up jitter of a worker (it only applies to a
   freshly started kubelet), scheduling (affinity, nodeSelector: every pod gets its own
   node), image pulls, resource limits other than the NPUs.
@@ -49,6 +58,7 @@ time) — are unit-tested in tests/test_kubelet_bed.py; `KubeletBed` is the door
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import http.client
 import json
@@ -329,6 +339,8 @@ class PodRun:
     first_ready_wall: Optional[float] = None  # time.time() when it first turned Ready
     # every probe run: (kind, started, ended (time.time()), success, what it said)
     probe_log: list[tuple[str, float, float, bool, str]] = field(default_factory=list)
+    sidecars: list[str] = field(default_factory=list)  # their containers' names
+    retired: bool = False  # removed by restart_task: its threads touch nothing any more
 
     @property
     def name(self) -> str:
@@ -360,12 +372,16 @@ class KubeletBed:
                  secrets: Optional[Mapping[str, Mapping[str, str]]] = None,
                  extra_env: Optional[Callable[[PodPlan], Mapping[str, str]]] = None,
                  node_files: Optional[Callable[[Path, PodPlan], None]] = None,
-                 job_version: int = 0) -> None:
+                 job_version: int = 0,
+                 config_maps: Optional[Mapping[str, Mapping[str, str]]] = None) -> None:
         self.bed, self.job = bed, job_doc
         self.name = str(job_doc["metadata"]["name"])
         self.namespace = str(job_doc["metadata"].get("namespace", "default"))
         self.subnet = subnet
         self.pvcs, self.secrets = dict(pvcs), dict(secrets or {})
+        self.config_maps = dict(config_maps or {})
+        self._prepared: dict[tuple[str, str], Path] = {}  # (pod, volume): host side
+        self._next_ip = 0  # re-created pods' addresses, after every first one
         self.extra_env = extra_env  # the fakes' own switches per pod, never the Job's
         self.node_files = node_files
         self.job_version = job_version
@@ -393,14 +409,26 @@ class KubeletBed:
     def bed_prefix(self) -> str:
         return f"10.233.{self.subnet}."
 
-    def run_argv(self, plan: PodPlan, image_override: Optional[str] = None) -> list[str]:
-        """The `podman run` of one pod (writes its volumes' host side)."""
-        spec, c = plan.spec, plan.container
+    @staticmethod
+    def sidecars_of(spec: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+        """The pod's native sidecars; any other init container is refused."""
+        out = []
+        for c in spec.get("initContainers", []):
+            if c.get("restartPolicy") != "Always":
+                raise KubeletError(f"init container {c.get('name')!r}: only native sidecars "
+                                   "(restartPolicy: Always) are run by this bed")
+            out.append(c)
+        return out
+
+    def run_argv(self, plan: PodPlan, image_override: Optional[str] = None,
+                 sidecar: Optional[Mapping[str, Any]] = None) -> list[str]:
+        """The `podman run` of one pod (writes its volumes' host side); with `sidecar`,
+        of that native sidecar, in the pod's network namespace."""
+        spec, c = plan.spec, (sidecar or plan.container)
         if spec.get("restartPolicy", "Always") != "Never":
             raise KubeletError(f"{plan.name}: restartPolicy {spec.get('restartPolicy')!r}: "
                                "Volcano's exit-code policies need Never")
-        if spec.get("initContainers"):
-            raise KubeletError(f"{plan.name}: init containers are not run by this bed")
+        self.sidecars_of(spec)
         here = self.dir / plan.name
         tasks = {t["name"]: int(t.get("replicas", 1)) for t in self.job["spec"]["tasks"]}
         annotations = {"volcano.sh/job-version": str(self.job_version),
@@ -412,13 +440,18 @@ class KubeletBed:
             env.setdefault("ASCEND_VISIBLE_DEVICES", ",".join(str(d) for d in range(npus)))
         if self.extra_env is not None:
             env.update(self.extra_env(plan))
-        plan.env = env
+        if sidecar is None:
+            plan.env = env
         sec_args, fs_group = security_args(spec.get("securityContext", {}),
                                            c.get("securityContext", {}))
-        argv = ["run", "-d", "--name", plan.name, "--hostname", plan.name,
-                "--label", self.bed_label(), "--network", self.network, "--ip", plan.ip,
+        name = plan.name if sidecar is None else self.sidecar_name(plan, sidecar)
+        where = (["--hostname", plan.name, "--network", self.network, "--ip", plan.ip]
+                 if sidecar is None else ["--network", f"container:{plan.name}"])
+        argv = ["run", "-d", "--name", name, *where, "--label", self.bed_label(),
                 f"--stop-timeout={int(spec.get('terminationGracePeriodSeconds', 30))}",
-                *self.bed.cgroup_args(plan.name), *sec_args]
+                *self.bed.cgroup_args(name), *sec_args]
+        if c.get("workingDir"):
+            argv += ["--workdir", str(c["workingDir"])]
         volumes = {v["name"]: v for v in spec.get("volumes", [])}
         node = here / "node"
         node.mkdir(parents=True, exist_ok=True)
@@ -436,7 +469,7 @@ class KubeletBed:
             (etc_volcano / f"{name}.host").write_text(
                 "".join(f"{self.name}-{name}-{i}.{self.name}\n" for i in range(replicas)))
         argv += ["-v", f"{etc_volcano}:/etc/volcano:ro"]
-        term = here / "termination-log"
+        term = here / f"termination-log-{c.get('name', 'main')}"
         term.write_text("")
         term.chmod(0o666)
         argv += ["-v", f"{term}:{c.get('terminationMessagePath', '/dev/termination-log')}"]
@@ -445,6 +478,10 @@ class KubeletBed:
         if "command" in c:
             argv += ["--entrypoint", json.dumps(list(c["command"]))]
         return [*argv, image_override or c["image"], *c.get("args", [])]
+
+    @staticmethod
+    def sidecar_name(plan: PodPlan, sidecar: Mapping[str, Any]) -> str:
+        return f"{plan.name}--{sidecar['name']}"
 
     def bed_label(self) -> str:
         from_bed = getattr(self.bed, "LABEL", None)
@@ -505,6 +542,29 @@ class KubeletBed:
             if fs_group is not None:
                 shutil.chown(host, group=int(fs_group))
             return host, ro
+        key = (plan.name, str(vol["name"]))
+        if key in self._prepared:  # a second container of the pod: the same files
+            return self._prepared[key], ":ro"
+        if "configMap" in vol:
+            name = vol["configMap"]["name"]
+            if name not in self.config_maps:
+                raise KubeletError(f"{plan.name}: ConfigMap {name!r} does not exist (the "
+                                   "kubelet keeps the pod in ContainerCreating)")
+            if vol["configMap"].get("items"):
+                raise KubeletError(f"{plan.name}: configMap items are not imitated")
+            host = here / "configmap" / vol["name"]
+            shutil.rmtree(host, ignore_errors=True)
+            stamp = host / time.strftime("..%Y_%m_%d_%H_%M_%S.000000001")
+            stamp.mkdir(parents=True)
+            mode = int(vol["configMap"].get("defaultMode", 0o644))
+            for item, text in self.config_maps[name].items():
+                (stamp / item).write_text(text)
+                (stamp / item).chmod(mode)
+            (host / "..data").symlink_to(stamp.name)
+            for item in self.config_maps[name]:
+                (host / item).symlink_to(f"..data/{item}")
+            self._prepared[key] = host
+            return host, ":ro"
         if "secret" in vol:
             name = vol["secret"]["secretName"]
             if name not in self.secrets:
@@ -526,6 +586,7 @@ class KubeletBed:
                 target.chmod(int(item.get("mode", mode)))
                 if fs_group is not None:
                     shutil.chown(target, group=int(fs_group))
+            self._prepared[key] = host
             return host, ":ro"
         raise KubeletError(f"{plan.name}: volume {vol} is of a kind the bed does not imitate")
 
@@ -534,20 +595,60 @@ class KubeletBed:
         shutil.rmtree(self.dir, ignore_errors=True)
         self.dir.mkdir(parents=True)
         plans = self.plans()
-        argvs = [self.run_argv(p, image_override) for p in plans]  # all checks before any run
+        self._next_ip = len(plans)
         self.bed.network(self.network, f"{self.bed_prefix()}0/24")
-        for plan, argv in zip(plans, argvs):
+        self.pods.extend(self._launch(plans, image_override))
+        return self.pods
+
+    def _launch(self, plans: Sequence[PodPlan], image_override: Optional[str]
+                ) -> list[PodRun]:
+        argvs = [(self.run_argv(p, image_override),
+                  [self.run_argv(p, image_override, s) for s in self.sidecars_of(p.spec)])
+                 for p in plans]  # all checks before any run
+        runs = []
+        for plan, (argv, side_argvs) in zip(plans, argvs):
             run = PodRun(plan, ContainerProbes(ProbeSpec.of(plan.container)))
             self.bed.podman(*argv, timeout=120)
             run.started_at = time.monotonic()
             run.note("running")
-            self.pods.append(run)
-        for run in self.pods:
+            for sidecar, side in zip(self.sidecars_of(plan.spec), side_argvs):
+                self.bed.podman(*side, timeout=120)
+                run.sidecars.append(self.sidecar_name(plan, sidecar))
+                run.note(f"sidecar {sidecar['name']} running")
+            runs.append(run)
+        for run in runs:
             self._spawn(self._watch, run)
+            for name in run.sidecars:
+                self._spawn(self._watch_sidecar, run, name)
             for kind in run.probes.workers:
                 run.wake[kind] = threading.Event()
                 self._spawn(self._worker, run, kind)
-        return self.pods
+        return runs
+
+    def restart_task(self, task: str) -> list[PodRun]:
+        """Volcano's `RestartTask`: the task's pods deleted, then created again under the
+        same names, with new pod IPs and UIDs (same nodes, same job version)."""
+        old = [r for r in self.pods if r.plan.task == task]
+        if not old:
+            raise KubeletError(f"no task {task!r} in the Job")
+        for run in old:
+            run.retired = True
+            for ev in run.wake.values():
+                ev.set()
+        self.bed.remove(*(n for r in old for n in (r.name, *r.sidecars)))
+        plans = []
+        for run in old:
+            for vol in run.plan.spec.get("volumes", []):
+                self._prepared.pop((run.name, str(vol["name"])), None)
+            shutil.rmtree(self.dir / run.name, ignore_errors=True)
+            n = self._next_ip
+            self._next_ip += 1
+            plans.append(dataclasses.replace(
+                run.plan, ip=f"{self.bed_prefix()}{10 + n}", uid=str(uuid.uuid4()), env={}))
+        self.pods = [r for r in self.pods if r.plan.task != task]
+        new = self._launch(plans, None)
+        self.pods.extend(new)
+        return new
 
     def _spawn(self, target: Callable[..., None], *args: Any) -> None:
         t = threading.Thread(target=target, args=args, daemon=True)
@@ -556,10 +657,12 @@ class KubeletBed:
 
     def _watch(self, run: PodRun) -> None:
         """`podman wait`: the container's exit ends the pod (restartPolicy Never)."""
-        while not self._stop.is_set():
+        while not self._stop.is_set() and not run.retired:
             done = self.bed.podman("wait", "--interval", "250ms", run.name, check=False,
                                    timeout=24 * 3600)
             text = done.stdout.strip().splitlines()
+            if run.retired:
+                return
             if done.returncode == 0 and text and text[-1].lstrip("-").isdigit():
                 with run.lock:
                     run.exit_code = int(text[-1])
@@ -567,13 +670,30 @@ class KubeletBed:
                     run.ready_since = None
                 for ev in run.wake.values():
                     ev.set()
+                if run.sidecars:  # the kubelet ends the sidecars once the main one ended
+                    self.bed.podman("stop", "-t", "5", *run.sidecars, check=False, timeout=60)
                 return
             time.sleep(0.5)
+
+    def _watch_sidecar(self, run: PodRun, name: str) -> None:
+        """restartPolicy Always: a sidecar that ends while the main container runs is
+        started again."""
+        while not self._stop.is_set() and not run.retired:
+            done = self.bed.podman("wait", "--interval", "250ms", name, check=False,
+                                   timeout=24 * 3600)
+            if self._stop.is_set() or run.retired or run.exit_code is not None:
+                return
+            text = done.stdout.strip().splitlines()
+            if done.returncode == 0 and text and text[-1].lstrip("-").isdigit():
+                run.note(f"sidecar {name} exited {text[-1]}: restarted")
+                self.bed.podman("start", name, check=False, timeout=60)
+            else:
+                time.sleep(0.5)
 
     def _worker(self, run: PodRun, kind: str) -> None:
         worker = run.probes.workers[kind]
         spec = worker.spec
-        while not self._stop.is_set() and run.exit_code is None:
+        while not self._stop.is_set() and run.exit_code is None and not run.retired:
             tick = time.monotonic()
             with run.lock:
                 wants = worker.wants(run.probes.started, tick - run.started_at)
@@ -581,7 +701,7 @@ class KubeletBed:
                 began = time.time()
                 ok, said = self.probe(run, spec)
                 with run.lock:
-                    if run.exit_code is not None:
+                    if run.exit_code is not None or run.retired:
                         return
                     run.probe_log.append((kind, began, time.time(), ok, said))
                     run.note(f"probe {kind} {'ok' if ok else 'fail'}: {said}")
@@ -608,6 +728,8 @@ class KubeletBed:
             wake.clear()
 
     def _kill(self, run: PodRun) -> None:
+        if run.retired:
+            return
         grace = int(run.plan.spec.get("terminationGracePeriodSeconds", 30))
         self.bed.podman("stop", "-t", str(grace), run.name, check=False, timeout=grace + 60)
 
@@ -690,7 +812,7 @@ class KubeletBed:
         for run in self.pods:
             for ev in run.wake.values():
                 ev.set()
-        self.bed.remove(*(r.name for r in self.pods))
+        self.bed.remove(*(n for r in self.pods for n in (r.name, *r.sidecars)))
         self.bed.podman("network", "rm", "-f", self.network, check=False)
         for t in self._threads:
             t.join(timeout=30)

@@ -84,7 +84,7 @@ def test_help_groups_the_commands_by_who_runs_them() -> None:
 
 
 @pytest.mark.parametrize(("command", "shown"), [
-    ("manifest", "--kind mindie|training"), ("validate", "--for mindie|hccl"),
+    ("manifest", "--kind mindie|mindie-pd|training"), ("validate", "--for mindie|hccl"),
     ("boot", "--launcher mindie|msrun|ranktable-env|torch"), ("env", "--format sh|json"),
     ("ranktable", "--preflight strict|warn|off"), ("status", "--wait-timeout SECONDS"),
 ])

@@ -455,11 +455,14 @@ def test_checked_in_examples_match_the_renderer(validator) -> None:
     rendered = _load_script("render-examples").rendered()
     assert sorted(rendered) == ["examples/volcano/mindie-2x8.yaml",
                                 "examples/volcano/mindie-4x8.yaml",
+                                "examples/volcano/mindie-pd-1p2-1d8.yaml",
                                 "examples/volcano/training-4.yaml"]
     for rel, text in rendered.items():
         on_disk = (ROOT / rel).read_text(encoding="utf-8")
         assert on_disk == text, f"{rel} is stale: run scripts/render-examples"
-        assert _errors(validator, yaml.safe_load(on_disk)) == []
+        docs = list(yaml.safe_load_all(on_disk))  # a PD service: its ConfigMap, then the Job
+        assert [d["kind"] for d in docs][-1] == "Job"
+        assert _errors(validator, docs[-1]) == []
 
 
 @pytest.mark.parametrize("data", [{"k" * 2000: "v"}, {"k" * 2000: {"a": [1, {"b": None}]}},

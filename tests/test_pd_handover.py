@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -13,12 +14,14 @@ from typing import Any
 
 import pytest
 
+from ascend_node.errors import ConfigError
 from ascend_node.pd.handover import (
     controller_env,
     controller_problems,
     coordinator_argv,
     coordinator_problems,
 )
+from ascend_node.pd.motor_rules import check_table_path
 from ascend_node.pd.service import global_table_path
 from tests import pd_docs
 
@@ -135,6 +138,7 @@ def test_the_controller_is_execd_on_the_live_table(tmp_path: Path) -> None:
     table.write_text(json.dumps(CROSS_NODE))
     config = tmp_path / "ms_controller.json"
     config.write_text(json.dumps(multi_node()))
+    config.chmod(0o640)  # a file MindIE-Motor accepts is handed over as it is
     program = fake_program(tmp_path, "mindie_motor_controller")
     done, report = pd_boot(tmp_path, "controller", program,
                            MINDIE_MS_CONTROLLER_CONFIG_FILE_PATH=str(config))
@@ -202,3 +206,64 @@ def test_pd_docs_builders_stay_valid(tmp_path: Path) -> None:
     from ascend_node.pd.service import read_instance
 
     assert read_instance(tmp_path, "svc", "decode-0").table is not None
+
+
+def configmap_volume(tmp: Path, files: dict[str, str]) -> Path:
+    """A directory laid out as the kubelet mounts a ConfigMap (its atomic writer): the files
+    in a timestamped directory, `..data` a symlink to it, each key a symlink through
+    `..data`, mode 0644."""
+    root = tmp / "configmap"
+    stamp = root / "..2026_12_04_21_00_00.000000001"
+    stamp.mkdir(parents=True)
+    for name, text in files.items():
+        (stamp / name).write_text(text)
+        (stamp / name).chmod(0o644)
+    (root / "..data").symlink_to(stamp.name)
+    for name in files:
+        (root / name).symlink_to(f"..data/{name}")
+    return root
+
+
+@pytest.mark.parametrize("task,name,content", [
+    ("controller", "ms_controller.json", lambda: multi_node()),
+    ("coordinator", "ms_coordinator.json", lambda: COORDINATOR),
+])
+def test_a_configmap_file_is_handed_over_as_a_real_copy(tmp_path: Path, task: str, name: str,
+                                                        content: Any) -> None:
+    """MindIE-Motor refuses its configuration through a ConfigMap's `..data` symlink (and
+    at mode 0644): the daemon gets a regular 0640 copy of the same bytes, its own."""
+    (tmp_path / "shared").mkdir()
+    table = global_table_path(tmp_path / "shared", "svc")
+    table.parent.mkdir(parents=True)
+    table.write_text(json.dumps(CROSS_NODE))
+    text = json.dumps(content(), indent=2) + "\n"
+    mounted = configmap_volume(tmp_path, {name: text}) / name
+    program = fake_program(tmp_path, f"mindie_motor_{task}")
+    state = tmp_path / "state"
+    done, report = pd_boot(tmp_path, task, program, "--motor-config", str(mounted),
+                           ASCEND_NODE_STATE_DIR=str(state))
+    assert done.returncode == 0, done.stderr
+    env_name = f"MINDIE_MS_{task.upper()}_CONFIG_FILE_PATH"
+    handed = Path(report["env"][env_name])
+    assert handed == state / "motor" / name
+    info = os.lstat(handed)
+    assert stat.S_ISREG(info.st_mode) and stat.S_IMODE(info.st_mode) == 0o640
+    assert info.st_uid == os.geteuid()
+    assert handed.read_text() == text
+    assert check_table_path(str(handed)) is None
+    assert check_table_path(str(mounted.parent / "..data" / name)) is not None
+
+
+def test_a_copy_only_where_one_is_needed(tmp_path: Path) -> None:
+    from ascend_node.pd.boot import readable_copy
+
+    plain = tmp_path / "ms_controller.json"
+    plain.write_text("{}")
+    plain.chmod(0o640)
+    assert readable_copy(plain, tmp_path / "state") == plain
+    plain.chmod(0o644)  # wider than the daemon accepts
+    assert readable_copy(plain, tmp_path / "state") == tmp_path / "state" / "motor" / plain.name
+    with pytest.raises(ConfigError, match="cannot hand MindIE-Motor a copy"):
+        readable_copy(plain, tmp_path / "a..b")
+    with pytest.raises(ConfigError, match="cannot read"):
+        readable_copy(tmp_path / "missing.json", tmp_path / "state")

@@ -107,12 +107,16 @@ class FakeMindIE:
     """fake_mindie.py in its own process; `state_dir` says boot exec'd it (its pid)."""
 
     def __init__(self, work: Path, load_s: float, https: bool = False,
-                 load_status: int = 503, client_ca: str = "") -> None:
+                 load_status: int = 503, client_ca: str = "", ip: str = "127.0.0.1",
+                 backend: dict[str, Any] | None = None,
+                 env: dict[str, str] | None = None) -> None:
         self.port = _free_port()
+        self.ip = ip
         self.install = work / "mindie-service"
         (self.install / "conf").mkdir(parents=True)
-        config = _server(httpsEnabled=https, managementIpAddress="127.0.0.1",
+        config = _server(httpsEnabled=https, managementIpAddress=ip, ipAddress=ip,
                          managementPort=self.port)
+        config["BackendConfig"].update(backend or {})
         if https:
             cert = self.install / config["ServerConfig"]["managementTlsCert"]
             key = self.install / config["ServerConfig"]["managementTlsPk"]
@@ -127,7 +131,7 @@ class FakeMindIE:
                     "ASCEND_NODE_SIM_LOAD_S": str(load_s),
                     "ASCEND_NODE_SIM_LOAD_STATUS": str(load_status),
                     "ASCEND_NODE_SIM_REPORT": str(self.report),
-                    "ASCEND_NODE_SIM_CLIENT_CA": client_ca}
+                    "ASCEND_NODE_SIM_CLIENT_CA": client_ca, **(env or {})}
         self.proc = subprocess.Popen([sys.executable, "-m", "ascend_node.sim.fake_mindie"],
                                      env=self.env, stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE, text=True)
@@ -145,7 +149,7 @@ class FakeMindIE:
         while time.monotonic() < end:
             assert self.proc.poll() is None, self.proc.communicate()
             try:
-                socket.create_connection(("127.0.0.1", self.port), 1).close()
+                socket.create_connection((self.ip, self.port), 1).close()
                 return
             except OSError:
                 time.sleep(0.05)
@@ -169,6 +173,38 @@ def fakes(tmp_path: Path) -> Iterator[list[FakeMindIE]]:
     yield made
     for fake in made:
         fake.stop()
+
+
+def test_a_multi_node_master_serves_only_once_its_slaves_have_loaded(
+        tmp_path: Path, fakes: list[FakeMindIE]) -> None:
+    """The fake loads an instance as one, as MindIE does: a master whose own load ended
+    keeps answering 503 while a slave (started later, or slower) still loads, so a probe
+    can never see the instance served before each of its nodes is (test_manifest_pods
+    relies on it under load)."""
+    inter = {"multiNodesInferEnabled": True, "multiNodesInferPort": _free_port()}
+    table = tmp_path / "ranktable.json"
+    table.write_text(json.dumps({"server_list": [{"container_ip": "127.0.0.3"},
+                                                 {"container_ip": "127.0.0.4"}]}))
+    roles = {"MASTER_IP": "127.0.0.3", "RANK_TABLE_FILE": str(table)}
+    (tmp_path / "m").mkdir()
+    (tmp_path / "s").mkdir()
+    master = FakeMindIE(tmp_path / "m", load_s=0.0, ip="127.0.0.3", backend=inter,
+                        env={**roles, "MIES_CONTAINER_IP": "127.0.0.3"})
+    fakes.append(master)
+    time.sleep(1.0)  # the master's own load is long over
+    assert master.status().returncode == 3
+    slave = FakeMindIE(tmp_path / "s", load_s=2.0, ip="127.0.0.4", backend=inter,
+                       env={**roles, "MIES_CONTAINER_IP": "127.0.0.4"})
+    fakes.append(slave)
+    assert master.status().returncode == 3  # the slave is still loading
+    end = time.monotonic() + 60
+    while not (tmp_path / "m" / "report.loaded").exists():
+        assert time.monotonic() < end, "the master never served after its slave loaded"
+        time.sleep(0.1)
+    served = master.status()
+    assert served.returncode == 0, served.stdout + served.stderr
+    slave_loaded = float((tmp_path / "s" / "report.loaded").read_text())
+    assert float((tmp_path / "m" / "report.loaded").read_text()) >= slave_loaded
 
 
 def test_serving_is_3_while_weights_load_then_0_then_1_when_abnormal(

@@ -19,7 +19,7 @@ Copied as facts (not code) from volcano-sh/volcano:
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Optional
 
 SYNC = "SyncJob"
@@ -85,13 +85,17 @@ def apply_policies(job: Mapping[str, Any], req: Request, job_version: int) -> st
 
 @dataclass
 class JobRun:
-    """One Job's life under a sequence of pod events: its phase, retries and actions."""
+    """One Job's life under a sequence of pod events: its phase, retries and actions.
+
+    `RestartTask` (state/running.go: `KillTarget` of the request's task) deletes and
+    re-creates that task's pods only: no retry counted, no new job version."""
 
     job: Mapping[str, Any]
     phase: str = "Running"
     retry_count: int = 0
     version: int = 0
     starts: int = 1
+    task_restarts: dict[str, int] = field(default_factory=dict)
 
     def on(self, pod: PodEvent) -> str:
         if self.phase not in ("Running", "Pending"):
@@ -105,6 +109,8 @@ class JobRun:
                 self.version += 1
                 self.starts += 1
                 self.phase = "Running"
+        elif action == "RestartTask":
+            self.task_restarts[pod.task] = self.task_restarts.get(pod.task, 0) + 1
         elif action == "AbortJob":
             self.phase = "Aborted"
         return action

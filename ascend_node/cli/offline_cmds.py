@@ -154,10 +154,23 @@ def _simulate_pd(spec: Any, shared_dir: Optional[Path], keep: Optional[bool],
              rich_help_panel=OFFLINE, options_metavar="[OPTIONS] [-- CMD [ARGS]...]")
 def manifest(
     ctx: typer.Context,
-    kind: Annotated[str, typer.Option("--kind", metavar="mindie|training",
-                                      help="mindie or training")] = "mindie",
+    kind: Annotated[str, typer.Option("--kind", metavar="mindie|mindie-pd|training",
+                                      help="mindie, mindie-pd (a PD-disaggregated service: "
+                                      "docs/pd.md) or training")] = "mindie",
     name: Annotated[str, typer.Option("--name", help="Volcano Job name")] = "mindie",
-    nodes: Annotated[int, typer.Option("--nodes", help="Pods (one per server)")] = 2,
+    nodes: Annotated[Optional[int], typer.Option(
+        "--nodes", help="Pods (one per server) (2; not with --kind mindie-pd)",
+        show_default=False)] = None,
+    prefill: Annotated[Optional[int], typer.Option(
+        "--prefill", help="mindie-pd: prefill instances (1)", show_default=False)] = None,
+    decode: Annotated[Optional[int], typer.Option(
+        "--decode", help="mindie-pd: decode instances (1)", show_default=False)] = None,
+    prefill_pods: Annotated[Optional[int], typer.Option(
+        "--prefill-pods", help="mindie-pd: pods per prefill instance (1)",
+        show_default=False)] = None,
+    decode_pods: Annotated[Optional[int], typer.Option(
+        "--decode-pods", help="mindie-pd: pods per decode instance (1)",
+        show_default=False)] = None,
     image: Annotated[str, typer.Option("--image", help="Container image with ascend-node")
                      ] = "mindie:latest",
     pvc: Annotated[str, typer.Option("--pvc", help="Shared PVC (model directory)")] = "model",
@@ -243,17 +256,35 @@ def manifest(
             to_yaml,
         )
 
-        if kind not in ("mindie", "training"):
-            raise UsageError(f"--kind {kind!r} is not one of mindie, training",
-                             "use --kind mindie or --kind training")
+        if kind not in ("mindie", "mindie-pd", "training"):
+            raise UsageError(f"--kind {kind!r} is not one of mindie, mindie-pd, training",
+                             "use --kind mindie, --kind mindie-pd or --kind training")
+        pd = kind == "mindie-pd"
+        shape_flags = {"--prefill": prefill, "--decode": decode,
+                       "--prefill-pods": prefill_pods, "--decode-pods": decode_pods}
+        if pd and nodes is not None:
+            raise UsageError("--nodes with --kind mindie-pd: a PD service's pods are its "
+                             "instances'", "give --prefill/--decode and --prefill-pods/"
+                             "--decode-pods (docs/pd.md)")
+        given = [flag for flag, value in shape_flags.items() if value is not None]
+        if not pd and given:
+            raise UsageError(f"{given[0]} is for --kind mindie-pd",
+                             "leave it out, or render a PD service with --kind mindie-pd")
         if rendezvous_key and rendezvous_key_secret:
             raise UsageError("--rendezvous-key and --rendezvous-key-secret both given",
                              "render a new Secret, or name an existing one, not both")
         key_secret = (f"{name}-rendezvous-key" if rendezvous_key
                       else rendezvous_key_secret)
+        if pd:
+            from ascend_node.manifest_pd import PdShape, check_shape
+
+            shape = PdShape(*(1 if v is None else v for v in shape_flags.values()))
+            check_shape(shape, name)  # before the instance's size reaches ManifestParams
         params = ManifestParams(
-            kind=kind,  # type: ignore[arg-type]
-            name=name, nodes=nodes, image=image, pvc=pvc, run_id=run_id or name,
+            kind="mindie" if pd else kind,  # type: ignore[arg-type]
+            name=name, nodes=(max(shape.prefill_pods, shape.decode_pods) if pd
+                              else 2 if nodes is None else nodes),
+            image=image, pvc=pvc, run_id=run_id or name,
             npus_per_node=(16 if a3 else 8) if npus_per_node is None else npus_per_node,
             model_path=model_path,
             namespace=namespace,
@@ -270,6 +301,20 @@ def manifest(
             import secrets as random_source
 
             secret = render_key_secret(params, random_source.token_hex(32))
+        if pd:
+            from ascend_node.manifest_pd import render_pd_configmap, render_pd_job, render_pd_yaml
+
+            job = render_pd_job(params, shape)
+            configmap = render_pd_configmap(params, shape)
+            if json_out:
+                items = [configmap, job] if secret is None else [secret, configmap, job]
+                out(json.dumps({"apiVersion": "v1", "kind": "List", "items": items}, indent=2))
+                return
+            if secret is not None:
+                out("# the job's rendezvous key (docs/rendezvous.md)\n"
+                    + to_yaml(secret) + "---")
+            out(render_pd_yaml(params, shape), end="")
+            return
         if json_out:
             doc = render_job(params)
             out(json.dumps(doc if secret is None else

@@ -121,4 +121,4 @@ def pd_boot(
         settings = settings_from(verbose, **option_flags(locals()))
         shared, run = require_rendezvous_settings(settings)
         run_pd_boot(list(ctx.args), os.environ, shared, run, settings.timeout, config,
-                    rendezvous_key(settings, os.environ))
+                    rendezvous_key(settings, os.environ), state_dir=settings.state_dir)

@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import stat
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Callable, NoReturn, Optional
 
+from ascend_node.atomic import atomic_write_bytes
 from ascend_node.discover.identity import read_pod_ip
 from ascend_node.errors import ConfigError, PeerTimeout
 from ascend_node.handoff.exec import exec_command
@@ -28,17 +31,20 @@ from ascend_node.pd.motor_rules import check_table_path
 from ascend_node.pd.roles import read_pd_identity
 from ascend_node.pd.service import announce, global_table_path
 from ascend_node.rendezvous.seal import RendezvousKey
+from ascend_node.statedir import DEFAULT_STATE_DIR
 
 log = logging.getLogger("ascend_node.pd")
 CONTROLLER_CONFIG_ENV = "MINDIE_MS_CONTROLLER_CONFIG_FILE_PATH"
 COORDINATOR_CONFIG_ENV = "MINDIE_MS_COORDINATOR_CONFIG_FILE_PATH"
+CONFIG_MODE = 0o640
 
 
 def pd_boot(command: Sequence[str], environ: Mapping[str, str], shared_dir: Path, run_id: str,
             timeout: float, config: Optional[Path] = None, key: Optional[RendezvousKey] = None,
             execute: Callable[[Sequence[str], Mapping[str, str]], NoReturn] = exec_command,
             clock: Callable[[], float] = time.monotonic,
-            sleep: Callable[[float], None] = time.sleep) -> NoReturn:
+            sleep: Callable[[float], None] = time.sleep,
+            state_dir: Path = DEFAULT_STATE_DIR) -> NoReturn:
     me = read_pd_identity(environ)
     if me.is_server:
         raise ConfigError(f"{me.task} is a server: pd-boot starts the coordinator and the "
@@ -49,12 +55,14 @@ def pd_boot(command: Sequence[str], environ: Mapping[str, str], shared_dir: Path
                           "`pd-boot -- mindie_motor_controller` (or _coordinator)")
     if me.role == "coordinator":
         path = config or _env_path(environ, COORDINATOR_CONFIG_ENV)
+        env = dict(environ)
         if path is not None:
             _refuse(coordinator_problems(_read_json(path)), path)
+            env[COORDINATOR_CONFIG_ENV] = str(readable_copy(path, state_dir))
         doc = announce(shared_dir, run_id, me, environ, key)
         argv = coordinator_argv(command, doc.pod_ip)
         log.info("coordinator %d: %s", me.place, " ".join(argv))
-        execute(argv, dict(environ))
+        execute(argv, env)
     path = config or _env_path(environ, CONTROLLER_CONFIG_ENV)
     if path is None:
         raise ConfigError(f"no controller configuration: --controller-config and "
@@ -70,9 +78,45 @@ def pd_boot(command: Sequence[str], environ: Mapping[str, str], shared_dir: Path
     pod_ip, _ = read_pod_ip(environ, lambda: None)
     env = controller_env(environ, str(table_path))
     env.setdefault("POD_IP", pod_ip)  # the controller's probe and alarm listeners use it
-    env.setdefault(CONTROLLER_CONFIG_ENV, str(path))
+    env[CONTROLLER_CONFIG_ENV] = str(readable_copy(path, state_dir))
     log.info("controller: %s reading the live table %s", " ".join(command), table_path)
     execute(list(command), env)
+
+
+def readable_copy(path: Path, state_dir: Path) -> Path:
+    """The configuration at a path MindIE-Motor's file check accepts: `path` itself when it
+    passes, else a copy under `<state_dir>/motor/`, written by rename, mode 0640, owned by
+    this process's uid (the daemon's, after exec).
+
+    MindIE-Motor checks its configuration file as it checks the table (Util.cpp 170-280: no
+    `..`, not a symlink, mode 0640 or stricter, owned by its uid). A ConfigMap's mounted
+    file is a symlink into `..data/`, mode 0644 and root's: refused on all three counts,
+    which is why MindIE-Motor's own boot.sh copies its configuration into `conf/` first.
+    The copy is taken after the checks, from the same bytes."""
+    why = check_table_path(str(path))
+    try:
+        info = os.lstat(path)
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror}",
+                          "mount the MindIE-Motor configuration into the pod") from exc
+    if (why is None and not stat.S_ISLNK(info.st_mode) and stat.S_ISREG(info.st_mode)
+            and not stat.S_IMODE(info.st_mode) & ~CONFIG_MODE and info.st_uid == os.geteuid()):
+        return path
+    copy = state_dir / "motor" / path.name
+    why = check_table_path(str(copy))
+    if why is not None:
+        raise ConfigError(f"cannot hand MindIE-Motor a copy of {path} at {copy}: {why}",
+                          "set ASCEND_NODE_STATE_DIR to a plain path")
+    try:
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_bytes(copy, data, mode=CONFIG_MODE)
+    except OSError as exc:
+        raise ConfigError(f"cannot write {copy}: {exc.strerror}",
+                          "give the pod a writable state dir (ASCEND_NODE_STATE_DIR)") from exc
+    log.info("%s: handing MindIE-Motor a copy at %s (mode 0640, uid %d)", path, copy,
+             os.geteuid())
+    return copy
 
 
 def _wait_for_table(path: Path, timeout: float, clock: Callable[[], float],

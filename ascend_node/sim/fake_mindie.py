@@ -11,6 +11,11 @@ answers `GET /v2/health/ready` and `/v2/health/live` with MindIE's codes
 
 - while "loading weights" (ASCEND_NODE_SIM_LOAD_S seconds, default 0): 503 on both, or
   ASCEND_NODE_SIM_LOAD_STATUS (e.g. 500) — MindIE's health flag is not set yet;
+- a multi-node instance loads as one (`BackendConfig.multiNodesInferEnabled`, the servers
+  of `RANK_TABLE_FILE`): every node opens its inter-node port (`multiNodesInferPort`) once
+  its own load is done, and the master (`MIES_CONTAINER_IP` = `MASTER_IP`) stays loading
+  until every slave's port accepts — so the instance never answers 200 while one of its
+  nodes still loads, whichever node's daemon started last;
 - then 200 on both, prints MindIE's "Daemon start success!" and, when
   ASCEND_NODE_SIM_REPORT is set, writes `<report>.loaded` (the wall-clock time the answers
   turned 200, for tests that measure how soon probes notice);
@@ -26,6 +31,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import ssl
 import sys
 import threading
@@ -40,14 +46,15 @@ DEFAULT_INSTALL = "/usr/local/Ascend/mindie/latest/mindie-service"
 class State:
     """loading -> normal; abnormal / busy on a signal."""
 
-    def __init__(self, load_s: float, load_status: int) -> None:
+    def __init__(self, load_s: float, load_status: int, slaves: int = 0) -> None:
         self.loaded_at = time.monotonic() + load_s
         self.loaded_wall = time.time() + load_s  # when answers turn 200, on the wall clock
         self.load_status = load_status
         self.mode = "normal"
+        self.slaves_pending = slaves > 0  # a master waits for its slaves' loads too
 
     def answer(self, path: str) -> tuple[int, dict[str, str] | None]:
-        if time.monotonic() < self.loaded_at:
+        if time.monotonic() < self.loaded_at or self.slaves_pending:
             return self.load_status, None
         if self.mode == "abnormal":
             return 500, {"message": "Service is abnormal"}
@@ -63,6 +70,40 @@ def config_path(environ: dict[str, str]) -> tuple[Path, Path]:
     install = Path(environ.get("MIES_INSTALL_PATH", "").strip() or DEFAULT_INSTALL)
     explicit = environ.get("MIES_CONFIG_JSON_PATH", "").strip()
     return (Path(explicit) if explicit else install / "conf" / "config.json"), install
+
+
+def slave_addresses(config: dict[str, Any], environ: dict[str, str]) -> list[tuple[str, int]]:
+    """The inter-node addresses a master waits for: its slaves', from the rank table the
+    agent handed over. None for a slave (`MIES_CONTAINER_IP` is not `MASTER_IP`), for one
+    node, or for a config that is not multi-node."""
+    backend = config.get("BackendConfig", {})
+    mine, master = environ.get("MIES_CONTAINER_IP", ""), environ.get("MASTER_IP", "")
+    if not backend.get("multiNodesInferEnabled") or mine != master:
+        return []
+    table = json.loads(Path(environ["RANK_TABLE_FILE"]).read_text(encoding="utf-8"))
+    port = int(backend.get("multiNodesInferPort", 1120))
+    return [(s["container_ip"], port) for s in table["server_list"]
+            if s["container_ip"] != mine]
+
+
+def open_inter_node_port(config: dict[str, Any]) -> socket.socket:
+    """The node's inter-node port, listening once its own load is done (its slaves'
+    readiness, as the master sees it)."""
+    host = config["ServerConfig"].get("ipAddress", "127.0.0.1")
+    port = int(config.get("BackendConfig", {}).get("multiNodesInferPort", 1120))
+    sock = socket.create_server((host, port), reuse_port=False)
+    sock.listen(16)
+    return sock
+
+
+def wait_for_slaves(slaves: list[tuple[str, int]]) -> None:
+    pending = list(slaves)
+    while pending:
+        try:
+            socket.create_connection(pending[0], 1).close()
+            pending.pop(0)
+        except OSError:
+            time.sleep(0.2)
 
 
 def make_server(config: dict[str, Any], install: Path, state: State) -> ThreadingHTTPServer:
@@ -114,10 +155,12 @@ def main() -> int:
     path, install = config_path(environ)
     try:
         config = json.loads(path.read_text(encoding="utf-8"))
+        slaves = slave_addresses(config, environ)
         state = State(float(environ.get("ASCEND_NODE_SIM_LOAD_S", "0") or 0),
-                      int(environ.get("ASCEND_NODE_SIM_LOAD_STATUS", "503") or 503))
+                      int(environ.get("ASCEND_NODE_SIM_LOAD_STATUS", "503") or 503),
+                      len(slaves))
         httpd = make_server(config, install, state)
-    except (OSError, ValueError, KeyError, ssl.SSLError) as exc:
+    except (OSError, ValueError, KeyError, TypeError, ssl.SSLError) as exc:
         print(f"fake daemon: cannot start the management server: {exc}", file=sys.stderr)
         return 1
 
@@ -130,6 +173,16 @@ def main() -> int:
     signal.signal(signal.SIGUSR2, turn("busy"))
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     time.sleep(max(0.0, state.loaded_at - time.monotonic()))
+    if config.get("BackendConfig", {}).get("multiNodesInferEnabled"):
+        try:
+            _inter_node = open_inter_node_port(config)  # kept open for the daemon's life
+        except OSError as exc:
+            print(f"fake daemon: cannot open the inter-node port: {exc}", file=sys.stderr)
+            return 1
+    if state.slaves_pending:
+        wait_for_slaves(slaves)
+        state.loaded_wall = time.time()
+        state.slaves_pending = False
     report = environ.get("ASCEND_NODE_SIM_REPORT", "")
     if report:
         # the moment the answers turned 200, not when this thread woke (later, under load)
