@@ -42,7 +42,6 @@ one (`rendezvous.decide.choose_attempt`), and `maxRetry` does not bound a task's
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
@@ -68,8 +67,7 @@ from ascend_node.manifest import (
 from ascend_node.pd.motor_configs import (
     CONTROLLER_FILE,
     COORDINATOR_FILE,
-    controller_config,
-    coordinator_config,
+    motor_files,
 )
 from ascend_node.pd.roles import TASK_ENV
 from ascend_node.pd.service import global_table_path
@@ -170,12 +168,9 @@ def render_pd_configmap(p: ManifestParams, shape: PdShape) -> dict[str, Any]:
     if p.namespace is not None:
         metadata["namespace"] = p.namespace
     metadata["labels"] = _labels(p, MOTOR_NAME)
-    controller = controller_config(shape.prefill_pods, shape.decode_pods, p.npus_per_node,
-                                   table_path(p))
-    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata, "data": {
-        CONTROLLER_FILE: json.dumps(controller, indent=2) + "\n",
-        COORDINATOR_FILE: json.dumps(coordinator_config(), indent=2) + "\n",
-    }}
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata,
+            "data": motor_files(shape.prefill_pods, shape.decode_pods, p.npus_per_node,
+                                table_path(p))}
 
 
 def render_pd_job(p: ManifestParams, shape: PdShape) -> dict[str, Any]:

@@ -1,11 +1,14 @@
 """`ascend-node simulate --pd`: a PD service as local processes (ascend_node/sim/pd_service.py).
 
-What a user relies on: the 1 P (2 pods) + 1 D (1 pod) service comes up — every server boots
-on its instance's table, the controller pod's `pd-table` writes a global table the
-controller's rules accept, and the fake controller reads it from the live path, sees 1 P and
-1 D and tells the coordinator; a missing pod ends the run with the contract's exit 4 naming
-who is missing; options that mean nothing with --pd (and the PD sizes without it) are usage
-errors (exit 2).
+What a user relies on: the simulation runs the configuration `manifest --kind mindie-pd`
+renders for the same shape (byte for byte); the 1 P (2 pods) + 1 D (1 pod) service comes up —
+every server boots on its instance's table, the controller pod's `pd-table` writes a global
+table the controller's rules accept, and the fake controller reads it from the live path,
+sees group "2" (prefill-0) a prefill instance of 2 servers and group "3" (decode-0) a decode
+instance of 1, both centralized, and tells the coordinator; with as many pods per P as per D
+instance the roles are left to the controller's role manager, and said so; a missing pod ends
+the run with the contract's exit 4 naming who is missing; options that mean nothing with
+--pd (and the PD sizes without it) are usage errors (exit 2).
 """
 
 from __future__ import annotations
@@ -20,9 +23,18 @@ from typing import Any
 import pytest
 
 from ascend_node.errors import UsageError
+from ascend_node.manifest import ManifestParams
+from ascend_node.manifest_pd import PdShape, render_pd_configmap
 from ascend_node.pd.motor_rules import check_global_table, flags_from_controller_config
+from ascend_node.pd.service import global_table_path
 from ascend_node.sim.pd_options import build_pd_spec
-from ascend_node.sim.pd_service import PdSpec, controller_config, parse_absent
+from ascend_node.sim.pd_service import (
+    PdSpec,
+    controller_config,
+    motor_files,
+    parse_absent,
+    roles_decided,
+)
 from tests.cli_helpers import cli_runner
 
 
@@ -53,22 +65,35 @@ def test_the_1p2_1d1_service_comes_up_and_the_controller_accepts_it() -> None:
         table = doc["global_table"]
         spec = PdSpec(devices=4)
         assert doc["global_table_problems"] == []
+        # the configuration it ran with is the manifest's for this shape
+        shared = Path(doc["global_table_path"]).parents[3]
+        assert json.loads((work / "controller" / "ms_controller.json").read_text()) == \
+            controller_config(spec, shared)
         assert check_global_table(table, flags_from_controller_config(
-            controller_config(spec))) == []
+            controller_config(spec, shared))) == []
         assert [g["group_id"] for g in table["server_group_list"]] == ["0", "1", "2", "3"]
-        # The fake controller read the live file and saw the whole service ...
+        # every instance centralized: deploy_server "0" for both roles
+        assert [g["deploy_server"] for g in table["server_group_list"][2:]] == ["0", "0"]
+        # The fake controller read the live file and saw the whole service, each instance
+        # in the role of its task (node_machine_num: P's 2 pods, D's 1) ...
         view = doc["controller"]
-        assert (view["prefill"], view["decode"]) == (1, 1)
+        assert (view["prefill"], view["decode"], view["undecided"]) == (1, 1, 0)
         assert view["path"] == doc["global_table_path"]
         assert view["groups"] == ["0", "1", "2", "3"]
         assert doc["coordinator_refreshes"] >= 1
         # how soon the table followed (the target is 1 s; the bound is for a loaded machine)
         assert 0 <= doc["table_lag_seconds"] < 10 and 0 <= doc["accept_lag_seconds"] < 10
-        # ... and told the coordinator of the instances' nodes (P's master, D's DP ranks).
+        # ... and told the coordinator of the instances' nodes: one per instance, at its
+        # master (a centralized instance), spanning the instance's pods and NPUs.
         told = [json.loads(line) for line in
                 (work / "coordinator" / "state.jsonl").read_text().splitlines()]
         refreshes = [t for t in told if t["event"] == "refresh"]
-        assert refreshes and {i["group"] for i in refreshes[-1]["instances"]} == {"2", "3"}
+        assert refreshes
+        nodes = {i["group"]: (i["role"], i["servers"], i["devices"], i["server_ip"])
+                 for i in refreshes[-1]["instances"]}
+        assert nodes == {"2": ("prefill", 2, 8, pods["prefill-0/0"]["pod_ip"]),
+                         "3": ("decode", 1, 4, pods["decode-0/0"]["pod_ip"])}
+        assert len(refreshes[-1]["instances"]) == 2
         # Every server booted its fake daemon on its instance's table, in PD mode.
         report = work / "prefill-0" / "node-1" / "daemon-report.txt"
         daemon_env = dict(line.split("=", 1) for line in report.read_text().splitlines()
@@ -79,6 +104,18 @@ def test_the_1p2_1d1_service_comes_up_and_the_controller_accepts_it() -> None:
         import shutil
 
         shutil.rmtree(work, ignore_errors=True)
+
+
+@pytest.mark.multiprocess
+def test_equal_pods_per_instance_leave_the_roles_to_the_role_manager_and_say_so() -> None:
+    """1 P x 1 pod + 1 D x 1 pod: both groups' deploy_server "0" and equal node_machine_num,
+    so nothing in the table or the configuration tells P from D (docs/pd.md's hazard)."""
+    done = simulate("--prefill-pods", "1", "--devices", "2", "--timeout", "60", "--no-keep")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert ("groups 0, 1, 2, 3; 0 P + 0 D instances + 2 with the role undecided (P and D "
+            "instances have equal pods, so node_machine_num cannot tell them apart: the "
+            "real controller's role manager picks), 2 nodes") in done.stdout
+    assert "the service came up" in done.stdout
 
 
 @pytest.mark.multiprocess
@@ -155,15 +192,37 @@ def test_the_spec_from_the_options() -> None:
                               "VC_DECODE_0_NUM": "2"}
 
 
-@pytest.mark.parametrize("spec", [PdSpec(), PdSpec(prefill=2, prefill_pods=1, decode_pods=4,
-                                                     devices=16)])
-def test_the_controllers_configuration_fits_the_service(spec: PdSpec) -> None:
-    """P centralized with tp*dp = its instance's NPUs (the controller's DP grouping),
-    D distributed DP: the official deployer's stock flags."""
-    config: dict[str, Any] = controller_config(spec)
+SPECS = [PdSpec(), PdSpec(prefill=2, prefill_pods=1, decode_pods=4, devices=16, a3=True),
+         PdSpec(prefill_pods=1, devices=2, run_id="svc-1")]
+
+
+@pytest.mark.parametrize("spec", SPECS)
+def test_the_configurations_are_the_manifests_for_the_same_shape(spec: PdSpec,
+                                                                  tmp_path: Path) -> None:
+    """Byte for byte what `manifest --kind mindie-pd` puts into its ConfigMap for this shape
+    with the shared volume where the simulation keeps it: one source (pd.motor_configs)."""
+    p = ManifestParams(kind="mindie", name="pd", nodes=1, image="mindie:2.1", pvc="shared",
+                       run_id=spec.run_id, npus_per_node=spec.devices,
+                       model_path=str(tmp_path), a3=spec.a3)
+    shape = PdShape(spec.prefill, spec.decode, spec.prefill_pods, spec.decode_pods)
+    assert motor_files(spec, tmp_path) == render_pd_configmap(p, shape)["data"]
+
+
+@pytest.mark.parametrize("spec", SPECS)
+def test_the_controllers_configuration_fits_the_service(spec: PdSpec, tmp_path: Path) -> None:
+    """Every instance centralized (what `boot` starts), tp*dp = its NPUs (the controller's
+    DP grouping), node_machine_num its pods, the live table on the shared volume."""
+    config: dict[str, Any] = controller_config(spec, tmp_path)
     flags = flags_from_controller_config(config)
-    assert flags.multi_node and not flags.p_distributed and flags.d_distributed
+    assert flags.multi_node and not flags.p_distributed and not flags.d_distributed
     assert flags.p_devices == spec.prefill_pods * spec.devices
+    assert flags.d_devices == spec.decode_pods * spec.devices
+    multi = config["multi_node_infer_config"]
+    assert (multi["p_node_config"]["node_machine_num"],
+            multi["d_node_config"]["node_machine_num"]) == (spec.prefill_pods, spec.decode_pods)
+    assert config["global_rank_table_file_path"] == str(global_table_path(tmp_path,
+                                                                          spec.run_id))
+    assert roles_decided(spec) == (spec.prefill_pods != spec.decode_pods)
 
 
 def _processes_of(work: Path) -> list[int]:

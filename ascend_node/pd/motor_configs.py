@@ -33,6 +33,7 @@ changes, each for a reason:
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 # Which file is which, in the ConfigMap and where it is mounted.
@@ -154,3 +155,13 @@ def coordinator_config() -> dict[str, Any]:
         "backup_config": {"database_server_dns": "etcd.default.svc.cluster.local",
                           "database_server_port": 2379, "function_enable": False},
     }
+
+
+def motor_files(prefill_pods: int, decode_pods: int, npus_per_pod: int,
+                table_path: str) -> dict[str, str]:
+    """Both files by name, as text: what the rendered ConfigMap holds and what
+    `simulate --pd` writes for its controller and coordinator, byte for byte, so that the
+    simulation runs the configuration a user of `manifest --kind mindie-pd` gets."""
+    controller = controller_config(prefill_pods, decode_pods, npus_per_pod, table_path)
+    return {CONTROLLER_FILE: json.dumps(controller, indent=2) + "\n",
+            COORDINATOR_FILE: json.dumps(coordinator_config(), indent=2) + "\n"}

@@ -88,6 +88,7 @@ class MotorNode:
     server_ip: str
     mgmt_port: int
     devices: int
+    servers: int = 1  # the servers it spans: a centralized instance's, its node_machine_num
 
 
 # --- pure ----------------------------------------------------------------------------------
@@ -213,7 +214,7 @@ def nodes_of(table: Mapping[str, Any], config: Mapping[str, Any],
             master = min(servers, key=lambda s: min(int(d["rank_id"]) for d in s["device"]))
             port = _port(master, control)
             add(MotorNode(f"{master['server_ip']}:{port}", gid, role, master["server_ip"],
-                          port, sum(len(s["device"]) for s in servers)))
+                          port, sum(len(s["device"]) for s in servers), len(servers)))
             continue
         size = _chunk(config, role)
         for server in servers:
@@ -225,11 +226,12 @@ def nodes_of(table: Mapping[str, Any], config: Mapping[str, Any],
 
 
 def instance_counts(nodes: Mapping[str, MotorNode]) -> dict[str, int]:
-    """P and D instances (groups) among the nodes."""
-    groups: dict[str, set[str]] = {"prefill": set(), "decode": set()}
+    """P, D and undecided instances (groups) among the nodes: undecided, an instance whose
+    role neither its `deploy_server` nor `node_machine_num` gives (the real controller's
+    role manager would pick it; this fake does not)."""
+    groups: dict[str, set[str]] = {"prefill": set(), "decode": set(), "undecided": set()}
     for node in nodes.values():
-        if node.role in groups:
-            groups[node.role].add(node.group)
+        groups[node.role or "undecided"].add(node.group)
     return {role: len(found) for role, found in groups.items()}
 
 
@@ -425,6 +427,7 @@ class Controller:
                 "event": "accepted", "path": self.path,
                 "groups": [str(g["group_id"]) for g in table["server_group_list"]],
                 "prefill": counts["prefill"], "decode": counts["decode"],
+                "undecided": counts["undecided"],
                 "nodes": sorted(nodes), "scale_in": gone, "scale_out": new,
                 "coordinators": coordinators})
             self.told = {}

@@ -22,10 +22,15 @@ The run ends when every server has ended and the fake controller has accepted a 
 every instance and told the coordinator — or when a pod failed, or the service processes
 gave up (`--timeout`) — and then the service processes are stopped.
 
-The controller's configuration is the official deployer's stock flags: P centralized (its
-`tp_size * dp_size` = the instance's NPUs), D distributed DP (`deploy_server` "0" and "1").
-The fake servers do not run distributed DP (boot refuses a `distDPServerEnabled` config):
-the simulation proves the tables, the hand-over and the controller's view, not serving.
+The controller's and the coordinator's configurations are the ones `manifest --kind
+mindie-pd` renders for the same shape (`pd.motor_configs.motor_files`, byte for byte, the
+table path this run's): every instance centralized (both `enable_dist_dp_server` false,
+`deploy_server` "0" for both roles), `node_machine_num` the pods of each role's instances,
+which is how the controller tells P from D — the shape `boot` starts, so the fake controller
+sees what a real one would be given. What the simulation needs beyond that is in the
+environment, not the files: the fakes' loopback addresses (ADDRESSES_ENV) and the table
+period (PERIOD_ENV). The fake servers do not serve: the simulation proves the tables, the
+hand-over and the controller's view.
 """
 
 from __future__ import annotations
@@ -66,8 +71,10 @@ from ascend_node.sim.fake_motor import (
     install_motor_fakes,
 )
 
-DATA = Path(__file__).with_name("data")
-MOTOR_PERIOD = "0.5"  # the fake controller's reads (the real one's default is 5 s)
+# The fake controller's table period: 0.5 s instead of the rendered
+# rank_table_detecting_seconds (5 s), given as ASCEND_NODE_SIM_MOTOR_PERIOD so that the
+# configuration file stays the manifest's.
+MOTOR_PERIOD = "0.5"
 SETTLE = 15.0
 """Seconds past --timeout the service processes get to give up on their own (pd-table
 names the missing instance at its --timeout) before simulate stops them."""
@@ -123,19 +130,41 @@ def parse_absent(text: str, spec: PdSpec) -> frozenset[tuple[str, int]]:
     return frozenset(out)
 
 
-def controller_config(spec: PdSpec) -> dict[str, Any]:
-    """MindIE-Motor's shipped ms_controller.json, set for this service (multi-node mode, the
-    stock P/D flags, each role's parallel sizes matching its instances)."""
-    config: dict[str, Any] = json.loads((DATA / "ms_controller.json").read_text())
-    multi = config["multi_node_infer_config"]
-    multi["multi_node_infer_enable"] = True
-    multi["p_node_config"].update(enable_dist_dp_server=False, tp_size=spec.devices,
-                                  dp_size=spec.prefill_pods, cp_size=1,
-                                  node_machine_num=spec.prefill_pods)
-    multi["d_node_config"].update(enable_dist_dp_server=True, tp_size=1, cp_size=1,
-                                  dp_size=spec.decode_pods * spec.devices,
-                                  node_machine_num=spec.decode_pods * spec.devices)
+def motor_files(spec: PdSpec, shared: Path) -> dict[str, str]:
+    """ms_controller.json and ms_coordinator.json as `manifest --kind mindie-pd` renders them
+    for this shape (`pd.motor_configs`), the live table on `shared`: one source, so the
+    simulation cannot drift from the Job a user deploys."""
+    from ascend_node.pd.motor_configs import motor_files as render
+    from ascend_node.pd.service import global_table_path
+
+    return render(spec.prefill_pods, spec.decode_pods, spec.devices,
+                  str(global_table_path(shared, spec.run_id)))
+
+
+def controller_config(spec: PdSpec, shared: Path) -> dict[str, Any]:
+    """The controller's configuration `motor_files` writes, parsed."""
+    from ascend_node.pd.motor_configs import CONTROLLER_FILE
+
+    config: dict[str, Any] = json.loads(motor_files(spec, shared)[CONTROLLER_FILE])
     return config
+
+
+def roles_decided(spec: PdSpec) -> bool:
+    """Whether the controller can tell P from D by `node_machine_num`: with every instance
+    centralized it can only when P and D instances have different pods; else its role
+    manager picks the roles (docs/pd.md, the P/D hazard) and the fake leaves them open."""
+    return spec.prefill_pods != spec.decode_pods
+
+
+def has_every_instance(view: Optional[Mapping[str, Any]], spec: PdSpec) -> bool:
+    """Whether the fake controller's accepted view holds every instance in its role: P and
+    D counted apart when `node_machine_num` tells them apart, else all undecided."""
+    if view is None:
+        return False
+    counts = (view.get("prefill"), view.get("decode"), view.get("undecided"))
+    if roles_decided(spec):
+        return counts == (spec.prefill, spec.decode, 0)
+    return counts == (0, 0, spec.prefill + spec.decode)
 
 
 def loopback_base() -> str:
@@ -196,9 +225,7 @@ class PdReport:
 
     @property
     def accepted(self) -> bool:
-        c = self.controller
-        return (c is not None and c.get("prefill") == self.spec.prefill
-                and c.get("decode") == self.spec.decode)
+        return has_every_instance(self.controller, self.spec)
 
     @property
     def ok(self) -> bool:
@@ -253,14 +280,17 @@ def service_processes(spec: PdSpec, work: Path, shared: Path, base: str
                       ) -> list[ServiceProcess]:
     """The coordinator's pod and the controller's pod (two processes: the sidecar and the
     controller), not started."""
+    from ascend_node.pd.motor_configs import CONTROLLER_FILE, COORDINATOR_FILE
+
     fakes = install_motor_fakes(work / "bin")
-    coordinator_config = work / "coordinator" / "ms_coordinator.json"
+    files = motor_files(spec, shared)
+    coordinator_config = work / "coordinator" / COORDINATOR_FILE
     coordinator_config.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(DATA / "ms_coordinator.json", coordinator_config)
+    coordinator_config.write_text(files[COORDINATOR_FILE])
     controller_dir = work / "controller"
     controller_dir.mkdir(parents=True, exist_ok=True)
-    config_path = controller_dir / "ms_controller.json"
-    config_path.write_text(json.dumps(controller_config(spec), indent=2) + "\n")
+    config_path = controller_dir / CONTROLLER_FILE
+    config_path.write_text(files[CONTROLLER_FILE])
     agent = [sys.executable, "-m", "ascend_node"]
 
     def pod(task: str, ip: str, host: str, extra: Mapping[str, str]) -> dict[str, str]:
@@ -272,6 +302,9 @@ def service_processes(spec: PdSpec, work: Path, shared: Path, base: str
                 "ASCEND_NODE_SIM_PYTHON": sys.executable, "PYTHONUNBUFFERED": "1", **extra}
 
     coordinator_ip, controller_ip = "10.201.0.10", "10.201.0.11"
+    # The one override of where things listen: the fakes map the service pods' IPs, which
+    # nothing routes, onto this run's loopback /24; the rendered ports stay as they are
+    # (the coordinator's 1025 and 1026, the controller's refreshes to 1026).
     addresses = f"{coordinator_ip}={base}.10,{controller_ip}={base}.11"
     coordinator_env = pod("coordinator", coordinator_ip, "10.101.0.10", {
         ADDRESSES_ENV: addresses,
@@ -383,9 +416,8 @@ def run_pd_service(spec: PdSpec, shared_dir: Optional[Path], work: Path,
         while time.monotonic() < deadline:
             if _gave_up(service, table_path.exists()):
                 break
-            view = _controller_view(work)
-            if (served and view is not None and view.get("prefill") == spec.prefill
-                    and view.get("decode") == spec.decode and _refreshes(work)):
+            if (served and has_every_instance(_controller_view(work), spec)
+                    and _refreshes(work)):
                 break
             time.sleep(0.2)
     finally:
@@ -399,7 +431,7 @@ def run_pd_service(spec: PdSpec, shared_dir: Optional[Path], work: Path,
     with contextlib.suppress(OSError, ValueError):
         table = json.loads(table_path.read_text(encoding="utf-8"))
     if table is not None:
-        flags = flags_from_controller_config(controller_config(spec))
+        flags = flags_from_controller_config(controller_config(spec, shared))
         problems = [f"{p.path}: {p.message}" for p in check_global_table(table, flags)]
     tables = {}
     stamps = []
@@ -501,9 +533,14 @@ def format_pd_report(report: PdReport) -> str:
     lines.append(table_verdict(report))
     view = report.controller
     if view is not None:
+        undecided = view.get("undecided", 0)
+        roles = f"{view['prefill']} P + {view['decode']} D instances"
+        if undecided:
+            roles += (f" + {undecided} with the role undecided (P and D instances have "
+                      "equal pods, so node_machine_num cannot tell them apart: the real "
+                      "controller's role manager picks)")
         lines.append(f"fake controller: accepted the table: groups {', '.join(view['groups'])}"
-                     f"; {view['prefill']} P + {view['decode']} D instances, "
-                     f"{len(view['nodes'])} nodes; coordinator told "
+                     f"; {roles}, {len(view['nodes'])} nodes; coordinator told "
                      f"{report.refreshes} time{'s' if report.refreshes != 1 else ''}")
         if report.table_lag is not None and report.accept_lag is not None:
             lines.append(f"global table written {report.table_lag:.2f} s after the last "
