@@ -117,7 +117,7 @@ def test_nodes_of_the_controllers_own_multi_node_table() -> None:
     assert nodes["127.0.0.2:1026"].role == "prefill"
     assert nodes["127.0.0.2:1026"].devices == 2
     assert {n.role for i, n in nodes.items() if i.endswith(":10001")} == {"decode"}
-    assert fm.instance_counts(nodes) == {"prefill": 1, "decode": 2}
+    assert fm.instance_counts(nodes) == {"prefill": 1, "decode": 2, "undecided": 0}
     assert fm.coordinators_of(table) == ["127.0.0.98"]
 
 
@@ -166,17 +166,32 @@ def test_nodes_of_one_group(group: dict[str, Any], d_tp: int,
     assert sorted((i, n.devices) for i, n in nodes.items()) == expected
 
 
-def test_both_centralized_roles_come_from_node_machine_num() -> None:
+@pytest.mark.parametrize("p_machines, d_machines, roles, counts", [
+    # P's 2 servers, D's 1: told apart (what manifest --kind mindie-pd renders for 1p2-1d1)
+    (2, 1, {"2": "prefill", "3": "decode"}, (1, 1, 0)),
+    # configured the other way round: the same table reads with P and D swapped
+    (1, 2, {"2": "decode", "3": "prefill"}, (1, 1, 0)),
+    # equal: nothing tells them apart, the role manager's to pick
+    (1, 1, {"2": None, "3": None}, (0, 0, 2)),
+])
+def test_both_centralized_roles_come_from_node_machine_num(
+        p_machines: int, d_machines: int, roles: dict[str, Optional[str]],
+        counts: tuple[int, int, int]) -> None:
     config = multi_config(p_dist=False, d_dist=False)
     multi = config["multi_node_infer_config"]
-    multi["p_node_config"]["node_machine_num"] = 2
-    multi["d_node_config"]["node_machine_num"] = 1
+    multi["p_node_config"]["node_machine_num"] = p_machines
+    multi["d_node_config"]["node_machine_num"] = d_machines
     table = _table({"group_id": "2", "deploy_server": "0",
                     "server_list": [_server("127.1.0.1", [0]), _server("127.1.0.2", [1])]},
                    {"group_id": "3", "deploy_server": "0",
                     "server_list": [_server("127.1.1.1", [0])]})
     nodes = fm.nodes_of(table, config, flags_from_controller_config(config))
-    assert {n.group: n.role for n in nodes.values()} == {"2": "prefill", "3": "decode"}
+    assert {n.group: n.role for n in nodes.values()} == roles
+    # one node per instance, at its master, spanning its servers and their devices
+    assert {n.group: (n.id, n.servers, n.devices) for n in nodes.values()} == {
+        "2": ("127.1.0.1:1026", 2, 2), "3": ("127.1.1.1:1026", 1, 1)}
+    got = fm.instance_counts(nodes)
+    assert (got["prefill"], got["decode"], got["undecided"]) == counts
 
 
 def _node(node_id: str, group: str = "3", devices: int = 1) -> fm.MotorNode:

@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from ascend_node.pd.motor_configs import CONTROLLER_FILE, COORDINATOR_FILE, motor_files
 from ascend_node.pd.motor_rules import check_global_table, flags_from_controller_config
 from ascend_node.pd.roles import instance_environ, read_pd_identity
 from ascend_node.sim.cluster import SimNode
@@ -36,7 +37,6 @@ from tests.nfs_bed import GUEST_PODS, GUEST_SHARED, Bed, BedError, explain, why_
 
 pytestmark = [pytest.mark.nfs, pytest.mark.multiprocess]
 
-MOTOR = Path(__file__).resolve().parents[1] / "fixtures" / "mindie-motor"
 RUN = "pdnfs"
 JOB = {"VC_COORDINATOR_NUM": "1", "VC_CONTROLLER_NUM": "1", "VC_PREFILL_0_NUM": "2",
        "VC_DECODE_0_NUM": "1"}
@@ -160,14 +160,15 @@ def bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bed]:
         b.close()
 
 
+# The controller's and the coordinator's configurations `manifest --kind mindie-pd` renders
+# for this shape (1 P x 2 pods + 1 D x 1 pod, 2 NPUs each; pd.motor_configs), the table
+# where the guests see it: both instances centralized, told apart by node_machine_num.
+MOTOR_FILES = motor_files(2, 1, 2, TABLE)
+
+
 def controller_config(bed: Bed) -> Path:
-    config = json.loads((MOTOR / "ms_controller.json").read_text())
-    multi = config["multi_node_infer_config"]
-    multi["multi_node_infer_enable"] = True
-    multi["p_node_config"].update(enable_dist_dp_server=False, tp_size=2, dp_size=2)
-    multi["d_node_config"].update(enable_dist_dp_server=True, tp_size=1, dp_size=2)
-    path = bed.work / "ms_controller.json"
-    path.write_text(json.dumps(config))
+    path = bed.work / CONTROLLER_FILE
+    path.write_text(MOTOR_FILES[CONTROLLER_FILE])
     return path
 
 
@@ -204,8 +205,8 @@ def service_pods(bed: Bed, config: Path) -> list[SimNode]:
     """0 coordinator, 1 pd-table, 2 controller, 3 the controller client's reader (writes
     the stop file), 4 a reader on client 0, 5 the restart's gate opener."""
     fakes = install_motor_fakes(bed.work / "motor-bin")
-    coordinator_config = bed.work / "ms_coordinator.json"
-    coordinator_config.write_text((MOTOR / "ms_coordinator.json").read_text())
+    coordinator_config = bed.work / COORDINATOR_FILE
+    coordinator_config.write_text(MOTOR_FILES[COORDINATOR_FILE])
     nodes = bed.pods(6, devices=1, run_id=f"{RUN}-svc", timeout=120)
     agent = [sys.executable, "-m", "ascend_node"]
     until = [sys.executable, "-c", UNTIL_STOP, STOP]
@@ -290,5 +291,8 @@ def test_a_pd_service_across_clients_and_a_decode_restart_rewritten_in_place(
     assert out.index("scale-in: node 172.16.2.10:") < out.index(f"scale-out: node "
                                                                  f"{NEW_DECODE_IP}:")
     assert "rank table ignored" not in out.split("scale-out: node 172.16.1.10", 1)[-1]
+    # each instance one node at its master, in its task's role (node_machine_num 2 and 1)
+    assert "scale-out: node 172.16.1.10:1026 (group 2, prefill) added" in out
+    assert f"scale-out: node {NEW_DECODE_IP}:1026 (group 3, decode) added" in out
     assert "refresh of coordinator" not in out  # the coordinator answered every refresh
     assert "listening on 172.16.0.10:1025" in coordinator.stdout

@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from ascend_node.pd.motor_configs import CONTROLLER_FILE, motor_files
 from ascend_node.pd.motor_rules import InstanceFlags, check_global_table
 from ascend_node.pd.roles import instance_environ, read_pd_identity
 from ascend_node.pd.service import global_table_path, read_instance
@@ -27,7 +28,6 @@ from ascend_node.sim.cluster import SimNode, SimSpec, launch, prepare
 
 pytestmark = pytest.mark.multiprocess
 
-MOTOR = Path(__file__).resolve().parents[1] / "fixtures" / "mindie-motor"
 RUN = "svc"
 # 1 P instance of 2 pods, 1 D instance of 1 pod (the issue's proof shape), 4 NPUs each.
 JOB = {"VC_COORDINATOR_NUM": "1", "VC_CONTROLLER_NUM": "1", "VC_PREFILL_0_NUM": "2",
@@ -35,13 +35,11 @@ JOB = {"VC_COORDINATOR_NUM": "1", "VC_CONTROLLER_NUM": "1", "VC_PREFILL_0_NUM": 
 
 
 def controller_config(tmp: Path) -> Path:
-    config = json.loads((MOTOR / "ms_controller.json").read_text())
-    multi = config["multi_node_infer_config"]
-    multi["multi_node_infer_enable"] = True
-    multi["p_node_config"].update(enable_dist_dp_server=False, tp_size=4, dp_size=2)
-    multi["d_node_config"].update(enable_dist_dp_server=True, tp_size=1, dp_size=4)
-    path = tmp / "ms_controller.json"
-    path.write_text(json.dumps(config))
+    """The controller's configuration `manifest --kind mindie-pd` renders for this shape
+    (pd.motor_configs): both instances centralized, node_machine_num 2 and 1."""
+    path = tmp / CONTROLLER_FILE
+    path.write_text(motor_files(2, 1, 4, str(global_table_path(tmp / "shared", RUN)))
+                    [CONTROLLER_FILE])
     return path
 
 
@@ -103,7 +101,9 @@ def test_instances_meet_apart_and_the_controller_pod_writes_the_global_table(
     assert groups[1]["server_list"] == [{"server_id": "192.168.0.1",  # pd-table's own pod
                                          "server_ip": "172.16.0.11"}]
     prefill, decode = groups[2], groups[3]
-    assert (prefill["deploy_server"], decode["deploy_server"]) == ("0", "1")
+    # both centralized: "0" for both, told apart by their servers (node_machine_num 2 and 1)
+    assert (prefill["deploy_server"], decode["deploy_server"]) == ("0", "0")
+    assert (len(prefill["server_list"]), len(decode["server_list"])) == (2, 1)
     assert [s["server_ip"] for s in prefill["server_list"]] == ["172.16.1.10", "172.16.1.11"]
     assert [s["server_id"] for s in prefill["server_list"]] == ["192.168.1.10", "192.168.1.11"]
     assert [d["rank_id"] for d in prefill["server_list"][1]["device"]] == ["4", "5", "6", "7"]
