@@ -294,5 +294,11 @@ def test_a_pd_service_across_clients_and_a_decode_restart_rewritten_in_place(
     # each instance one node at its master, in its task's role (node_machine_num 2 and 1)
     assert "scale-out: node 172.16.1.10:1026 (group 2, prefill) added" in out
     assert f"scale-out: node {NEW_DECODE_IP}:1026 (group 3, decode) added" in out
-    assert "refresh of coordinator" not in out  # the coordinator answered every refresh
+    # The coordinator was told: of the first nodes and again after the restart. A refresh
+    # may find it not yet listening (announced, then still starting python in its loaded
+    # guest: one run saw "Connection refused" once); the controller retries at its next
+    # look, as it does for any refresh that failed, and nothing else may fail.
+    failed = [line for line in out.splitlines() if "refresh of coordinator" in line]
+    assert all("Connection refused" in line for line in failed), failed
+    assert coordinator.stdout.count("refresh from") >= 2, coordinator.stdout
     assert "listening on 172.16.0.10:1025" in coordinator.stdout

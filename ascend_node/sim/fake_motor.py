@@ -27,8 +27,8 @@ real loader skips the cycle. From an accepted table it computes the nodes keyed 
 group "0" through `POST /v1/instances/refresh` on `mindie_ms_coordinator_port`.
 
 Both append what they saw to ASCEND_NODE_SIM_MOTOR_STATE (JSONL), when set: the
-controller one line per accepted change or refused table (its groups, P and D instance
-counts, nodes, scale-in and scale-out), the coordinator one per refresh. Not faked: TLS
+controller one line per accepted change or refused table (its groups, P, D and undecided
+instance counts, nodes, scale-in and scale-out), the coordinator one per refresh. Not faked: TLS
 (every `*_tls_enable` is ignored, plain http), the servers' role assignment (`/v1/role/*`),
 the alarm ports. Standard library plus `ascend_node.pd` (pure); runs under the image's
 python3.
