@@ -160,3 +160,41 @@ def test_a_watcher_reads_an_unchanged_outcome_once(tmp_path: Path) -> None:
     slot.unlink()
     again = read_instance(tmp_path, RUN, "decode-0", seen=seen)
     assert again.table == first.table and again.host_ips == {}
+
+
+@pytest.mark.parametrize("task", ["coordinator", "controller"])
+def test_a_restarted_coordinator_or_controller_is_rewritten_into_its_group(
+        tmp_path: Path, task: str) -> None:
+    """Issue 31, restarts: the coordinator's or the controller's pod comes back with a new
+    pod IP and announces itself again; the watcher rewrites group "0" (or "1") with it and
+    leaves every instance's group as it was."""
+    publish_instance(tmp_path, "prefill-0", 1)
+    publish_instance(tmp_path, "decode-0", 2)
+    coordinator(tmp_path)
+    pod = {**JOB, "ASCEND_NODE_PD_TASK": "controller", "VC_TASK_INDEX": "0",
+           "K8S_POD_IP": "172.16.1.10", "K8S_HOST_IP": "192.168.1.1", "POD_UID": "k0"}
+    announce(tmp_path, RUN, read_pd_identity(pod), pod)
+    out = global_table_path(tmp_path, RUN)
+    assert run_pd_table(tmp_path, RUN, COUNTS, FLAGS, out, timeout=5, watch=False) == 1
+    before = {g["group_id"]: g for g in json.loads(out.read_text())["server_group_list"]}
+    group = "0" if task == "coordinator" else "1"
+    assert before[group]["server_list"][0]["server_ip"] == (
+        "172.16.0.10" if task == "coordinator" else "172.16.1.10")
+    again = {**JOB, "ASCEND_NODE_PD_TASK": task, "VC_TASK_INDEX": "0",
+             "K8S_POD_IP": "172.16.7.77", "K8S_HOST_IP": "192.168.7.7", "POD_UID": "new"}
+
+    class Restarting(Clock):
+        def sleep(self, seconds: float) -> None:
+            if self.naps == 3:  # the pod comes back while the watcher runs
+                announce(tmp_path, RUN, read_pd_identity(again), again)
+            super().sleep(seconds)
+
+    clock = Restarting(naps=4)
+    with pytest.raises(StopIteration):
+        run_pd_table(tmp_path, RUN, COUNTS, FLAGS, out, timeout=5, watch=True,
+                     clock=clock, sleep=clock.sleep)
+    after = {g["group_id"]: g for g in json.loads(out.read_text())["server_group_list"]}
+    assert [s["server_ip"] for s in after[group]["server_list"]] == ["172.16.7.77"]
+    assert [s["server_id"] for s in after[group]["server_list"]] == ["192.168.7.7"]
+    assert {k: v for k, v in after.items() if k != group} == \
+        {k: v for k, v in before.items() if k != group}
