@@ -52,7 +52,7 @@ from pathlib import Path
 from typing import IO, Any, Callable, Optional
 
 from ascend_node import pydantic_plugins
-from ascend_node.errors import Interrupted, Terminated, UsageError
+from ascend_node.errors import UsageError
 from ascend_node.sim.cluster import (
     NodeResult,
     SimNode,
@@ -70,6 +70,7 @@ from ascend_node.sim.fake_motor import (
     STATE_ENV,
     install_motor_fakes,
 )
+from ascend_node.sim.session import in_workspace
 
 # The fake controller's table period: 0.5 s instead of the rendered
 # rank_table_detecting_seconds (5 s), given as ASCEND_NODE_SIM_MOTOR_PERIOD so that the
@@ -462,20 +463,8 @@ def simulate_pd(spec: PdSpec, shared_dir: Optional[Path] = None, keep: Optional[
     say(f"simulate: starting a PD service ({spec.prefill} P x {spec.prefill_pods} pods, "
         f"{spec.decode} D x {spec.decode_pods} pods, {spec.devices} NPUs each, a "
         f"coordinator, a controller) in {work}")
-    try:
-        report = run_pd_service(spec, shared_dir, work, say)
-    except (Terminated, KeyboardInterrupt) as exc:  # every process was stopped on the way
-        if not keep:
-            shutil.rmtree(work, ignore_errors=True)
-        left = f"workspace kept: {work}" if keep else "workspace removed"
-        kind = Terminated if isinstance(exc, Terminated) else Interrupted
-        what = exc.cause if isinstance(exc, Terminated) else "interrupted by signal 2 (SIGINT)"
-        raise kind(f"simulate {what}: every pod stopped, {left}",
-                   "nothing of the simulation is left running") from None
-    except BaseException:
-        if not keep:
-            shutil.rmtree(work, ignore_errors=True)
-        raise
+    report = in_workspace(work, keep, "pod",
+                          lambda: run_pd_service(spec, shared_dir, work, say))
     report.workspace_kept = keep if keep is not None else not report.ok
     if not report.workspace_kept:
         shutil.rmtree(work, ignore_errors=True)

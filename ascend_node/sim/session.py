@@ -15,7 +15,7 @@ import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Optional, TypeVar
 
 from ascend_node.errors import ConfigError, Interrupted, Terminated
 from ascend_node.sim.cluster import NodeResult, SimReport, SimSpec, run_cluster
@@ -103,6 +103,30 @@ def _shared(shared_dir: Optional[Path]) -> Optional[Path]:
     return shared_dir
 
 
+R = TypeVar("R")
+
+
+def in_workspace(work: Path, keep: Optional[bool], members: str, run: Callable[[], R]) -> R:
+    """`run()` (which has stopped every process of the simulation when it raises): SIGTERM
+    (`timeout 10 ascend-node simulate`) or Ctrl-C becomes one line saying what is left of
+    the workspace, which any failure removes unless `keep`. `members`: what was stopped
+    ("node", "pod")."""
+    try:
+        return run()
+    except (Terminated, KeyboardInterrupt) as exc:
+        if not keep:
+            shutil.rmtree(work, ignore_errors=True)
+        left = f"workspace kept: {work}" if keep else "workspace removed"
+        kind = Terminated if isinstance(exc, Terminated) else Interrupted
+        what = exc.cause if isinstance(exc, Terminated) else "interrupted by signal 2 (SIGINT)"
+        raise kind(f"simulate {what}: every {members} stopped, {left}",
+                   "nothing of the simulation is left running") from None
+    except BaseException:
+        if not keep:
+            shutil.rmtree(work, ignore_errors=True)
+        raise
+
+
 def simulate(spec: SimSpec, shared_dir: Optional[Path] = None, keep: Optional[bool] = None,
              say: Say = _stderr,
              before_cleanup: Optional[Callable[[SimReport], None]] = None) -> SimReport:
@@ -117,21 +141,8 @@ def simulate(spec: SimSpec, shared_dir: Optional[Path] = None, keep: Optional[bo
     say(f"simulate: starting {spec.nodes} node{'s' if spec.nodes != 1 else ''} x "
         f"{spec.devices} NPUs{absent}{bad} in {work}")
     progress = Progress(spec, shared or work / "shared", say)
-    try:
-        report = run_cluster(spec, shared, work, on_tick=progress)
-    except (Terminated, KeyboardInterrupt) as exc:  # launch has stopped every node
-        # SIGTERM (`timeout 10 ascend-node simulate`) or Ctrl-C: say what is left.
-        if not keep:
-            shutil.rmtree(work, ignore_errors=True)
-        left = f"workspace kept: {work}" if keep else "workspace removed"
-        kind = Terminated if isinstance(exc, Terminated) else Interrupted
-        what = exc.cause if isinstance(exc, Terminated) else "interrupted by signal 2 (SIGINT)"
-        raise kind(f"simulate {what}: every node stopped, {left}",
-                   "nothing of the simulation is left running") from None
-    except BaseException:
-        if not keep:
-            shutil.rmtree(work, ignore_errors=True)
-        raise
+    report = in_workspace(work, keep, "node",
+                          lambda: run_cluster(spec, shared, work, on_tick=progress))
     report.workspace_kept = keep if keep is not None else not report.ok
     if before_cleanup is not None:
         before_cleanup(report)
@@ -140,5 +151,5 @@ def simulate(spec: SimSpec, shared_dir: Optional[Path] = None, keep: Optional[bo
     return report
 
 
-__all__ = ["PROGRESS_EVERY", "PROGRESS_FIRST", "Progress", "node0_view", "progress_line",
-           "simulate"]
+__all__ = ["PROGRESS_EVERY", "PROGRESS_FIRST", "Progress", "in_workspace", "node0_view",
+           "progress_line", "simulate"]
