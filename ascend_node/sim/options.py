@@ -42,6 +42,18 @@ def parse_node_list(text: str, nodes: int, option: str = "--absent") -> frozense
     return frozenset(out)
 
 
+def check_run_options(timeout: float, tool_delay: float, run_id: str) -> None:
+    """The options every simulation takes, checked alike (`simulate`, `simulate --pd`)."""
+    _positive_seconds("--timeout", timeout)
+    _positive_seconds("--tool-delay", tool_delay, zero_ok=True)
+    from ascend_node.discover.identity import check_run_id
+
+    try:
+        check_run_id(run_id, "--run-id")
+    except AscendNodeError as exc:
+        raise UsageError(exc.cause, exc.hint) from None
+
+
 def _positive_seconds(option: str, value: float, zero_ok: bool = False) -> None:
     """The agent's rule for seconds (`quantities`), worded for the flag typed."""
     try:
@@ -83,14 +95,7 @@ def build_spec(*, nodes: int, devices: Optional[int], a3: bool, super_pod_size: 
     if masters > nodes:
         raise UsageError(f"--masters {masters} is more than --nodes {nodes}",
                          "a master is one of the nodes: give --masters <= --nodes")
-    _positive_seconds("--timeout", timeout)
-    _positive_seconds("--tool-delay", tool_delay, zero_ok=True)
-    from ascend_node.discover.identity import check_run_id
-
-    try:
-        check_run_id(run_id, "--run-id")
-    except AscendNodeError as exc:
-        raise UsageError(exc.cause, exc.hint) from None
+    check_run_options(timeout, tool_delay, run_id)
     count = devices or (16 if a3 else 8)
     gone = parse_node_list(absent, nodes) if absent is not None else frozenset()
     if gone and len(gone) == nodes:

@@ -12,7 +12,7 @@ from collections.abc import Collection
 from typing import Optional
 
 from ascend_node.errors import UsageError
-from ascend_node.sim.options import _positive_seconds
+from ascend_node.sim.options import check_run_options
 from ascend_node.sim.pd_service import PdSpec, parse_absent
 
 # simulate's options a PD service has no use for, by parameter name -> the flag typed
@@ -43,15 +43,7 @@ def build_pd_spec(given: Collection[str], *, pd: bool, prefill: int, decode: int
     for name, flag in NOT_WITH_PD.items():
         if name in given:
             raise UsageError(f"{flag} means nothing with --pd", WHY_NOT[name])
-    _positive_seconds("--timeout", timeout)
-    _positive_seconds("--tool-delay", tool_delay, zero_ok=True)
-    from ascend_node.discover.identity import check_run_id
-    from ascend_node.errors import AscendNodeError
-
-    try:
-        check_run_id(run_id, "--run-id")
-    except AscendNodeError as exc:
-        raise UsageError(exc.cause, exc.hint) from None
+    check_run_options(timeout, tool_delay, run_id)
     spec = PdSpec(prefill=prefill, decode=decode, prefill_pods=prefill_pods,
                   decode_pods=decode_pods, devices=devices or (16 if a3 else 8), a3=a3,
                   run_id=run_id, timeout=timeout, tool_delay=tool_delay)
