@@ -207,8 +207,21 @@ def wait_for(condition: Callable[[], bool], limit: float, what: str) -> None:
         time.sleep(0.02)
 
 
-def last_pod_path(kind: str, n: int, devices: int, preflight: bool) -> tuple[float, float]:
-    """N - 1 pods published and waiting, then the last: (its start -> all done, its CPU)."""
+def oldest_publish(kind: str, shared: Path) -> float:
+    """The wall-clock time of the earliest document a waiting pod published."""
+    pattern = (".ascend-node/*/attempts/*/node-*.json" if kind == "agent"
+               else "floor-*/node-*.json")
+    times = [os.stat(p).st_mtime for p in glob.glob(str(shared / pattern))]
+    return min(times) if times else time.time()
+
+
+def last_pod_path(kind: str, n: int, devices: int, preflight: bool
+                  ) -> tuple[float, float, float]:
+    """N - 1 pods published and waiting, then the last: (its start -> all done, its CPU,
+    how long the first waiting pod had waited since it published). On a busy machine the
+    N - 1 starts take seconds; a follower that published more than `cadence.FAST_FOR`
+    (10 s) ago is calm and glances every 0.5 s instead of looking every 0.2 s, so it may
+    see the verdict up to ~0.4 s later: the third figure says which case a trial was."""
     job = Job(n, devices, kind, preflight)
     try:
         for i in range(n - 1):
@@ -216,10 +229,11 @@ def last_pod_path(kind: str, n: int, devices: int, preflight: bool) -> tuple[flo
         wait_for(lambda: all(published(kind, job.shared, i) for i in range(n - 1)), 300,
                  f"{kind}: {n - 1} pods publishing")
         time.sleep(1.0)  # every waiting pod back in its poll loop, the machine quiet again
+        waited = time.time() - oldest_publish(kind, job.shared)
         job.start(n - 1)
         last_start = time.monotonic()
         cpu = job.wait_all()
-        return time.monotonic() - last_start, cpu[job.procs[-1].pid]
+        return time.monotonic() - last_start, cpu[job.procs[-1].pid], waited
     finally:
         job.close()
 
@@ -242,17 +256,22 @@ def lag_figures(rounds: int, devices: int, preflight: bool, seed: bool) -> None:
 
 
 def path_figures(rounds: int, n: int, devices: int, preflight: bool) -> None:
-    got: dict[str, list[tuple[float, float]]] = {"floor": [], "agent": []}
+    got: dict[str, list[tuple[float, float, float]]] = {"floor": [], "agent": []}
     for _ in range(rounds):
         for kind in got:
             got[kind].append(last_pod_path(kind, n, devices, preflight))
-    path = {k: median([p for p, _ in v]) for k, v in got.items()}
-    cpu = {k: median([c for _, c in v]) for k, v in got.items()}
+    path = {k: median([p for p, _, _ in v]) for k, v in got.items()}
+    cpu = {k: median([c for _, c, _ in v]) for k, v in got.items()}
     print(f"\nN = {n}, the last pod's critical path while {n - 1} wait: its start -> all done "
           f"(medians of {rounds} interleaved rounds)")
     for kind in got:
         print(f"  {kind:6} {path[kind]:6.2f} s  (its CPU {cpu[kind]:.2f} s)   trials "
-              + ", ".join(f"{p:.2f}" for p, _ in got[kind]))
+              + ", ".join(f"{p:.2f}" for p, _, _ in got[kind]))
+    waited = [w for _, _, w in got["agent"]]
+    calm = sum(w > 10.0 for w in waited)
+    print(f"  the first waiting agent pod had published {min(waited):.1f}-{max(waited):.1f} s "
+          f"before the last start; {calm} of {len(waited)} trials over 10 s (its followers "
+          "calm: a glance every 0.5 s, rendezvous/cadence.py)")
     print(f"  agent - floor: {path['agent'] - path['floor']:+.2f} s (target <= +0.25 s), "
           f"agent / floor {path['agent'] / path['floor']:.2f}x; "
           f"last pod's CPU agent - floor {cpu['agent'] - cpu['floor']:+.2f} s")

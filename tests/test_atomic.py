@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import json
 import os
 import stat
 import threading
@@ -176,13 +177,18 @@ def test_only_a_durable_write_flushes_but_every_write_is_whole_with_its_mode(
     assert _entries(tmp_path) == ["status.json"]
 
 
-def test_the_files_rewritten_on_every_start_are_not_flushed_and_the_handoff_is(
+def test_the_files_rewritten_on_every_start_are_not_flushed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """status.json and the pre-flight's verdict describe one start (a crash loses nothing a
-    restart does not write again); the rank table and the server's files are durable."""
-    from ascend_node.handoff.outputs import _write
+    """status.json, the pre-flight's verdict and the pod's own table outputs (local table,
+    master and world-size files, env script, env.json) are written anew by every start
+    before anything reads them (a crash loses nothing a restart does not write again):
+    none is flushed. What other pods and later starts read — the rendezvous documents,
+    the shared table — is."""
+    from ascend_node.handoff.outputs import write_table_outputs
     from ascend_node.preflight.record import write_preflight
+    from ascend_node.rendezvous.models import ProgressDoc
+    from ascend_node.rendezvous.store import write_doc
     from ascend_node.statedir import StatusDoc, write_status
 
     flushed: list[str] = []
@@ -196,8 +202,22 @@ def test_the_files_rewritten_on_every_start_are_not_flushed_and_the_handoff_is(
     monkeypatch.setattr(atomic.os, "fsync", fsync)
     write_status(tmp_path, StatusDoc(state="in_progress", phase="rendezvous", command="ranktable"))
     write_preflight(tmp_path, {"verdict": "ok"})
-    _write(tmp_path / "ranktable.json", b"{}", 0o640, None)
-    assert [Path(p).name.split(".tmp-")[0].lstrip(".") for p in flushed] == ["ranktable.json"]
+    table = {"version": "1.0", "status": "completed", "server_count": "1", "server_list": [
+        {"server_id": "10.0.0.1", "container_ip": "10.0.0.1", "device": [
+            {"device_id": "0", "device_ip": "192.168.1.1", "rank_id": "0"}]}]}
+    env = write_table_outputs(tmp_path, json.dumps(table), table, "10.0.0.1",
+                              tmp_path / "master", tmp_path / "world_size", None)
+    assert env["RANK_TABLE_FILE"] == str(tmp_path / "ranktable.json")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "env.json", "master", "preflight.json", "ranktable.json", "source_mul_env.sh",
+        "status.json", "world_size"]
+    assert flushed == []
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    write_doc(shared / "run" / "progress.json",
+              ProgressDoc(run_id="r", attempt_id="a1", node_count=2, present=(0,), missing=(1,)),
+              shared)
+    assert [Path(p).name.split(".tmp-")[0].lstrip(".") for p in flushed] == ["progress.json"]
 
 
 def test_bad_mode_is_rejected_before_touching_disk(tmp_path: Path) -> None:

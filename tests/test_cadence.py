@@ -52,6 +52,35 @@ def test_how_long_a_follower_naps(now, busy_since, poll, nap):
 
 
 @pytest.mark.parametrize(
+    ("now", "nodes", "poll", "nap"),
+    [
+        (0.0, 2, P, P / cadence.FIRST_ATTEMPT_SPLIT),   # no attempt at the first look
+        (P * 0.99, 8, P, P / cadence.FIRST_ATTEMPT_SPLIT),
+        (P, 2, P, None),              # one poll interval on: the fast polls as before
+        (0.0, 16, P, 15 * cadence.FAST_POLL_RPCS / cadence.JOB_FAST_BUDGET),  # the budget
+        (0.0, 30, P, 29 * cadence.FAST_POLL_RPCS / cadence.JOB_FAST_BUDGET),
+        (0.0, 31, P, None),           # the budget leaves no quicker look than the poll
+        (0.0, 64, P, None),           # a large job glances from its start
+        (0.0, 2, 2.0, 0.5),           # a slower --poll-interval: a quarter of it
+    ],
+)
+def test_a_follower_without_an_attempt_looks_again_sooner_in_its_first_poll(now, nodes, poll,
+                                                                            nap):
+    got = cadence.first_attempt_nap(now, 0.0, poll, nodes)
+    assert got == (None if nap is None else pytest.approx(nap))
+
+
+@pytest.mark.parametrize("nodes", [2, 8, 16, 30, 31, 63])
+def test_the_quicker_first_looks_stay_within_the_jobs_budget(nodes):
+    """All followers of a job looking for node 0's first attempt at once ask for at most
+    JOB_FAST_BUDGET RPC/s, as their fast polls do."""
+    nap = cadence.first_attempt_nap(0.0, 0.0, P, nodes)
+    if nap is not None:
+        assert (nodes - 1) * cadence.FAST_POLL_RPCS / nap <= cadence.JOB_FAST_BUDGET + 1e-9
+        assert nap < P
+
+
+@pytest.mark.parametrize(
     ("changed", "changed_last", "now", "last_listing", "lists"),
     [
         (True, False, 1.0, 0.8, True),     # the directory changed
@@ -175,3 +204,4 @@ def test_the_jobs_burst_at_1024_nodes_is_under_a_third_of_what_it_was():
     before = 1023 * cadence.FAST_POLL_RPCS / P
     now = cadence.job_rpcs_per_second(1024, P, calm=False)
     assert now <= before / 3
+

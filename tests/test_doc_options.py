@@ -30,7 +30,7 @@ FOREIGN: dict[str, frozenset[str]] = {
     "pytest": frozenset({"--durations"}),
     "kubectl": frozenset({"--dry-run", "--from-literal", "--from-file"}),
     "curl (docs/deploy.md)": frozenset({"--cacert"}),
-    "pip": frozenset({"--no-index", "--find-links", "--target"}),
+    "pip": frozenset({"--no-index", "--find-links", "--target", "--no-compile"}),
     "podman / buildah / Containerfile RUN": frozenset({
         "--no-cache", "--build-arg", "--cgroup-parent", "--change", "--entrypoint", "--hostname",
         "--ip", "--network", "--rm", "--stop-timeout", "--subnet", "--mount"}),

@@ -54,9 +54,20 @@ def check_table_path(path: Path) -> None:
 
 
 def _write(path: Path, data: bytes, mode: int, owner: Optional[tuple[int, int]]) -> None:
+    """One of the pod's own outputs (local table, master and world-size files, env script
+    and env.json): whole or not at all, but not flushed to disk (`durable=False`).
+
+    Each is written anew by every start before anything reads it: the agent is the
+    container's entrypoint (it writes them, then execs the server), and in the
+    init-container variant a pod whose node restarts runs its init containers again. A
+    crash of the machine therefore loses nothing a reader would see, while the ten fsyncs
+    (file and directory, five files) were on every pod's path from the verdict to holding
+    the table: ~2-8 ms each on the development disk, more when pods share a disk (issue
+    30, docs/benchmarks.md). The shared table and the rendezvous documents stay durable:
+    other pods and later starts read them."""
     uid, gid = owner if owner is not None else (None, None)
     try:
-        atomic_write_bytes(path, data, mode=mode, uid=uid, gid=gid)
+        atomic_write_bytes(path, data, mode=mode, uid=uid, gid=gid, durable=False)
     except PermissionError as exc:
         if owner is not None:
             raise ConfigError(

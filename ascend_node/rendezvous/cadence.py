@@ -40,6 +40,9 @@ cases.
 
 from __future__ import annotations
 
+import math
+from typing import Optional
+
 FAST_FOR = 10.0
 """Seconds a follower polls fully after it starts, publishes, or sees a new attempt."""
 
@@ -93,6 +96,30 @@ def follower_nap(now: float, busy_since: float, poll_interval: float,
     if not is_calm(now, busy_since, node_count):
         return fast_interval(node_count, poll_interval)
     return max(poll_interval, GLANCE_EVERY)
+
+
+FIRST_ATTEMPT_SPLIT = 4
+"""While a follower has seen no attempt, in its first poll interval, it looks this many
+times per poll interval (`first_attempt_nap`)."""
+
+
+def first_attempt_nap(now: float, started: float, poll_interval: float,
+                      node_count: int = 0) -> Optional[float]:
+    """A shorter nap for a follower that has not seen node 0's `attempt.json` yet, in the
+    first poll interval after its start; None: `follower_nap`'s.
+
+    Pods started together reach their first look together, so node 0's attempt often
+    appears a few tens of ms after a follower found none: a whole poll's nap then puts a
+    poll between the attempt and the publish that the floor, which has no attempts, does
+    not wait (docs/benchmarks.md, issue 30). A few looks more (`peak_follower_rpcs`), once
+    per start, spaced at least as `fast_interval` spaces a job's fast polls, so that a
+    job's followers together stay within `JOB_FAST_BUDGET`: none from 31 nodes on (at
+    the default poll interval), none in a job that glances from its start."""
+    if fast_for(node_count) == 0 or now - started >= poll_interval:
+        return None
+    spread = max(node_count - 1, 0) * FAST_POLL_RPCS / JOB_FAST_BUDGET
+    nap = max(poll_interval / FIRST_ATTEMPT_SPLIT, spread)
+    return nap if nap < poll_interval else None
 
 
 def settle_wait(poll_interval: float) -> float:
@@ -160,6 +187,10 @@ def peak_follower_rpcs(poll_interval: float, node_count: int, window: float = LO
     glances of the window plus one full look."""
     shortest = 0.8  # the jitter: naps of 80-120 %
     if fast_for(node_count) > 0:
-        return FAST_POLL_RPCS / (fast_interval(node_count, poll_interval) * shortest)
+        quick = first_attempt_nap(0.0, 0.0, poll_interval, node_count)
+        # the looks of a first poll interval without an attempt, once (first_attempt_nap)
+        extra = math.ceil(poll_interval / (quick * shortest)) if quick else 0
+        return (FAST_POLL_RPCS / (fast_interval(node_count, poll_interval) * shortest)
+                + extra * FAST_POLL_RPCS / window)
     glances = window / (max(poll_interval, GLANCE_EVERY) * shortest)
     return (glances * GLANCE_RPCS + (LOOK_RPCS - GLANCE_RPCS)) / window

@@ -51,7 +51,7 @@ class Follower(Participant):
         writable_checked = False
         last_log = -1e9
         action: decide.FollowerAction = decide.WaitAttempt("not started")
-        busy_since = self.clock()  # fast polls until calm (cadence)
+        started = busy_since = self.clock()  # fast polls until calm (cadence)
         size = self.identity.node_count  # a large job glances from the start (cadence)
         last_look = -1e9
         seen: Optional[object] = None  # what the last glance at the run directory saw
@@ -102,6 +102,11 @@ class Follower(Participant):
                 # at the timeout. (A completed run is only read: restarts still work.)
                 check_writable(self.paths.shared_dir)
                 writable_checked = True
+            if seen_attempt is None and not self._timed_out():
+                quick = cadence.first_attempt_nap(now, started, self.poll_interval, size)
+                if quick is not None:  # node 0's attempt may be a few ms away
+                    self._nap(quick)
+                    continue
             if isinstance(action, decide.Done) and attempt is not None:
                 if attempt.attempt_id not in outdated_checked:
                     # Once per attempt (O(N), not per poll): has a peer been re-created
