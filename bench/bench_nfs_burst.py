@@ -11,6 +11,10 @@ in each 5 s window after its start, the peak window (RPC/s) and the mean.
     sudo .venv/bin/python bench/bench_nfs_burst.py [--sizes 8,64] [--seconds 40]
 
 `--src DIR` runs the pods with DIR first on PYTHONPATH (an older copy: before/after).
+`--node0-late S` starts node 0 S seconds after the follower (a follower that looks
+before any attempt is open, then joins). `--trace` runs the follower under
+bench/nfs_call_trace.py and prints, for its first `--seconds`, each call on the volume
+that cost RPCs: when, which, how many (the join's cost, call by call).
 """
 
 from __future__ import annotations
@@ -23,18 +27,22 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.nfs_bed import Bed, why_not
+from tests.nfs_bed import GUEST_SHARED, Bed, why_not
 
 WINDOW = 5.0
 
 
-def measure(bed: Bed, n: int, seconds: float, every: float, src: str
-            ) -> list[tuple[float, int, dict[str, int]]]:
+def measure(bed: Bed, n: int, seconds: float, every: float, src: str, trace: bool = False,
+            node0_late: float = 0.0) -> list[tuple[float, int, dict[str, int]]]:
     timeout = seconds + 30
     nodes = bed.pods(n, run_id=f"burst-{n}", timeout=timeout)[:2]
     if src:
         for node in nodes:
             node.env["PYTHONPATH"] = src
+    nodes[0].start_delay = node0_late
+    if trace:
+        tracer = str(Path(__file__).resolve().parent / "nfs_call_trace.py")
+        nodes[1].argv = [nodes[1].argv[0], tracer, GUEST_SHARED, *nodes[1].argv[3:]]
     samples: list[tuple[float, int, dict[str, int]]] = []
     bed.start_run(nodes, hard_timeout=timeout + 30, place=lambda i: i)
     k = 0
@@ -46,7 +54,11 @@ def measure(bed: Bed, n: int, seconds: float, every: float, src: str
         ops = bed.client_counters()[1]
         samples.append((time.time() - bed.last_start, sum(ops.values()), ops))
         k += 1
-    bed.finish_run()
+    results = bed.finish_run()
+    if trace:
+        for line in results[1].stderr.splitlines():
+            if line.startswith("@@rpc "):
+                print("    " + line[6:], flush=True)
     return samples
 
 
@@ -56,6 +68,9 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=40.0)
     ap.add_argument("--every", type=float, default=1.0)
     ap.add_argument("--src", default="")
+    ap.add_argument("--trace", action="store_true")
+    ap.add_argument("--node0-late", type=float, default=0.0,
+                    help="start node 0 this many s after the follower (it comes first)")
     args = ap.parse_args()
     reason = why_not()
     if reason:
@@ -65,7 +80,8 @@ def main() -> int:
              clients=2) as bed:
         print(f"booted in {bed.boot_seconds:.1f} s; {bed.server_ready}", flush=True)
         for n in (int(s) for s in args.sizes.split(",")):
-            samples = measure(bed, n, args.seconds, args.every, args.src)
+            samples = measure(bed, n, args.seconds, args.every, args.src, args.trace,
+                              args.node0_late)
             # the follower's own start: the first sample whose count moved
             base = samples[0][1]
             windows = []

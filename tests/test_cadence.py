@@ -7,6 +7,7 @@ full look per LOOK_EVERY seconds, and sees node 0's verdict within a glance of i
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -123,6 +124,19 @@ SSHFS = ("415 380 0:64 / /mnt/model rw,nosuid,nodev,relatime - fuse.sshfs "
 def test_which_volumes_glances_and_listings_can_be_trusted_on(lines, path, current):
     from ascend_node.rendezvous.freshness import attributes_are_current
     assert attributes_are_current(Path(path), "\n".join(lines)) is current
+
+
+@pytest.mark.parametrize(("lines", "device", "current"), [
+    ([ROOT, SSHFS], os.makedev(0, 64), False),  # found by its device: no path resolved
+    ([ROOT, NFS], os.makedev(0, 61), True),
+    ([ROOT, NFS, SSHFS], os.makedev(0, 61), True),  # the device, not the path, decides
+    ([ROOT, SSHFS], os.makedev(0, 99), False),  # no such device: by the path (sshfs)
+])
+def test_the_volume_is_found_by_the_device_a_glance_saw(lines, device, current):
+    """The follower's first glance gives the volume's st_dev; the mount table then names
+    the filesystem without a `realpath` of the shared directory (a round trip on NFS)."""
+    from ascend_node.rendezvous.freshness import attributes_are_current
+    assert attributes_are_current(Path("/mnt/model/x"), "\n".join(lines), device) is current
 
 
 # ------------------------------------------------------------ the start burst (issue 29)

@@ -34,6 +34,15 @@ lag, as before); from `JOB_FAST_BUDGET` / `FAST_POLL_RPCS` * the poll interval f
 near `JOB_FAST_BUDGET` RPC/s; at `GLANCE_FROM_START_AT` nodes or more a follower glances
 from its start (a glance every 0.5 s, a look every 5 s: under 5 RPC/s at every moment).
 
+**The join, paced.** At `GLANCE_FROM_START_AT` nodes or more a follower also keeps a
+ledger of what its recent polls cost (modeled: `GLANCE_RPCS`, `LOOK_PEAK_RPCS`,
+`JOIN_RPCS`, measured on the bed) and holds a poll back until the last `WINDOW` seconds
+leave room for it under `WINDOW_RPCS` (`room_in`): its join — the first look at the shared
+directory, node 0's slot, its own publish, together most of a window's budget — is then
+followed by a few glances spread over the rest of that window instead of ten. So no
+`WINDOW` seconds of a waiting follower's life, join included, cost the server more than
+`WINDOW_RPCS` (issue 29's target: 5 RPC/s over any 5 s window at N >= 64).
+
 Pure functions of the times and the job's size, so the cadence is tested by a table of
 cases.
 """
@@ -70,6 +79,42 @@ def fast_interval(node_count: int, poll_interval: float) -> float:
     (never more than a glance's interval: the lag stays under a second)."""
     spread = max(node_count - 1, 0) * FAST_POLL_RPCS / JOB_FAST_BUDGET
     return max(poll_interval, min(spread, GLANCE_EVERY))
+
+
+WINDOW = 5.0
+"""Seconds of the window over which a large job's follower's RPCs are bounded."""
+
+WINDOW_RPCS = 25.0
+"""What a large job's follower may ask for in any `WINDOW` seconds: 5 RPC/s."""
+
+JITTER_SHORTEST = 0.8
+"""The shortest nap, as a share of the nominal one (naps are jittered by +-20 %)."""
+
+
+def paced(node_count: int) -> bool:
+    """Whether a follower of a job of `node_count` nodes paces its polls by the ledger
+    (`room_in`): the jobs whose followers glance from their start."""
+    return fast_for(node_count) == 0
+
+
+def room_in(ledger: list[tuple[float, float]], at: float, cost: float,
+            window: float = WINDOW, budget: float = WINDOW_RPCS) -> float:
+    """The earliest time at or after `at` when a poll costing `cost` RPCs keeps every
+    `window` seconds ending then within `budget`, given `ledger`: (time, RPCs) of the
+    polls made, oldest first. A poll of more than the whole budget waits until the
+    ledger is empty in its window (it then stands alone in it)."""
+    t = at
+    while True:
+        inside = [(when, rpcs) for when, rpcs in ledger if when > t - window]
+        if not inside or sum(rpcs for _, rpcs in inside) + cost <= budget:
+            return t
+        t = inside[0][0] + window  # the oldest poll in the window leaves it
+
+
+def forget(ledger: list[tuple[float, float]], now: float, window: float = WINDOW) -> None:
+    """Drop the ledger's polls that no window ending now or later holds."""
+    while ledger and ledger[0][0] <= now - window:
+        ledger.pop(0)
 
 
 def is_calm(now: float, busy_since: float, node_count: int = 0) -> bool:
@@ -131,6 +176,30 @@ COMPLETE_RPCS_PER_NODE = 70.0
 the table: its own publish and reads, node 0's listing and settle read of its slot, each
 follower's look at the verdict (measured: 48 per pod on v4.2, 67 on v3, at N = 8 with a
 client per pod)."""
+
+
+LOOK_PEAK_RPCS = 14.0
+"""The most a calm follower's full look costs (the pacing's model, not the mean): both
+directory opens and listings, attempt.json, the outcome, its own slot and node 0's
+progress document each re-read because they changed (measured on the bed, v4.2: 14 in
+the first look after the pod's publish, 4-7 later)."""
+
+NO_ATTEMPT_LOOK_RPCS = 8.0
+"""A look that finds no attempt open (a pod that came before node 0 opened it): the path
+walked down to the run directory and attempt.json's absence, measured on the bed."""
+
+
+def look_rpcs(found_attempt: bool) -> float:
+    """What the pacing charges a look that did not publish."""
+    return LOOK_PEAK_RPCS if found_attempt else NO_ATTEMPT_LOOK_RPCS
+
+
+JOIN_RPCS = 20.0
+"""A follower's join, as the pacing models it: its first look at the shared directory
+(a LOOKUP and an ACCESS for each directory of the path, the opens of the run and attempt
+directories, attempt.json, the outcome and its own slot), node 0's slot, and its publish
+(the temp file's OPEN, SETATTR, WRITE, CLOSE, then ACCESS, LINK, REMOVE): measured on the
+bed, v4.2 (`bench/bench_nfs_burst.py --trace`)."""
 
 
 def follower_rpcs_per_second(poll_interval: float, calm: bool, node_count: int = 0) -> float:

@@ -57,9 +57,14 @@ class Follower(Participant):
         seen: Optional[object] = None  # what the last glance at the run directory saw
         seen_attempt: Optional[str] = None
         attempt: Optional[AttemptDoc] = None
+        # What this follower's recent polls cost the server, modeled (cadence, "the
+        # join, paced"): a large job's follower holds a poll back until it fits.
+        ledger: Optional[list[tuple[float, float]]] = [] if cadence.paced(size) else None
         while True:
             now = self.clock()
             glance = self.fresh.glance(self.paths.root)
+            if ledger is not None:
+                ledger.append((now, cadence.GLANCE_RPCS))
             # (a FUSE volume may show a directory's old attributes: every poll looks)
             changed = glance != seen or not self.fresh.attributes_current
             seen = glance
@@ -67,8 +72,22 @@ class Follower(Participant):
                                           self.poll_interval, size):
                 if self._timed_out():
                     raise self._timeout_error(self._timeout(action, attempt))
-                self._nap(cadence.follower_nap(now, busy_since, self.poll_interval, size))
+                self._paced_nap(ledger, cadence.follower_nap(now, busy_since,
+                                                             self.poll_interval, size),
+                                cadence.GLANCE_RPCS)
                 continue
+            if ledger is not None:
+                # A look that may publish (this pod has not, in the attempt it knows
+                # of) is budgeted as a join; the glance that called for it is not
+                # repeated after the wait.
+                joining = attempt is None or published_in != attempt.attempt_id
+                cost = cadence.JOIN_RPCS if joining else cadence.LOOK_PEAK_RPCS
+                wait = cadence.room_in(ledger, now, cost) - now
+                if wait > 0:
+                    self.sleep(min(wait, max(self.deadline - now, 0.0)))
+                    self.fresh.new_poll()
+                    now = self.clock()
+                ledger.append((now, cost))
             looked_before, last_look = last_look > -1e9, now
             self.fresh.maybe_list(self.paths.root)
             attempt = self._read_attempt()
@@ -138,6 +157,13 @@ class Follower(Participant):
                               dirs_checked=action.attempt_id in checked_dirs)
                 published_in = action.attempt_id
                 busy_since = self.clock()
+                if ledger is not None:
+                    # Calm from the start: the next full look comes a whole window
+                    # after the publish, and the next glance when the join leaves room.
+                    last_look = busy_since
+                    self._paced_nap(ledger, cadence.follower_nap(
+                        busy_since, busy_since, self.poll_interval, size),
+                        cadence.GLANCE_RPCS)
                 continue
             if (
                 isinstance(action, decide.WaitAttempt)
@@ -161,9 +187,27 @@ class Follower(Participant):
             if now - last_log >= self.progress_interval:
                 last_log = now
                 log.info("%s", self._waiting_line(action, attempt))
+            if ledger is not None and (attempt is None or published_in != attempt.attempt_id):
+                # Budgeted as a join, it did not publish: it cost what a look costs.
+                ledger[-1] = (ledger[-1][0], cadence.look_rpcs(attempt is not None))
             if self._timed_out():
                 raise self._timeout_error(self._timeout(action, attempt))
-            self._nap(cadence.follower_nap(now, busy_since, self.poll_interval, size))
+            self._paced_nap(ledger, cadence.follower_nap(now, busy_since, self.poll_interval,
+                                                         size), cadence.GLANCE_RPCS)
+
+    def _paced_nap(self, ledger: Optional[list[tuple[float, float]]], interval: float,
+                   cost: float) -> None:
+        """Nap `interval` (+-20 %); with a `ledger`, longer if the next poll (`cost`)
+        would not fit in its window (`cadence.room_in`)."""
+        if ledger is None:
+            self._nap(interval)
+            return
+        now = self.clock()
+        cadence.forget(ledger, now)
+        nap = interval * random.uniform(0.8, 1.2)
+        nap = cadence.room_in(ledger, now + nap, cost) - now
+        self.sleep(min(nap, max(self.deadline - now, 0.0)))
+        self.fresh.new_poll()
 
     def _on_key_mismatch(self, got: Invalid) -> None:
         """Node 0's attempt is signed with a key this pod lacks, with another key, or
