@@ -104,16 +104,19 @@ def room_in(ledger: list[tuple[float, float]], at: float, cost: float,
     polls made, oldest first. A poll of more than the whole budget waits until the
     ledger is empty in its window (it then stands alone in it)."""
     t = at
-    while True:
-        inside = [(when, rpcs) for when, rpcs in ledger if when > t - window]
+    for _ in range(len(ledger) + 1):  # each round lets one poll leave the window
+        # (`when + window > t`, not `when > t - window`: the time at which a poll
+        # leaves, `when + window`, must compare as left, whatever the rounding)
+        inside = [(when, rpcs) for when, rpcs in ledger if when + window > t]
         if not inside or sum(rpcs for _, rpcs in inside) + cost <= budget:
             return t
-        t = inside[0][0] + window  # the oldest poll in the window leaves it
+        t = max(t, inside[0][0] + window)  # the oldest poll in the window leaves it
+    return t
 
 
 def forget(ledger: list[tuple[float, float]], now: float, window: float = WINDOW) -> None:
     """Drop the ledger's polls that no window ending now or later holds."""
-    while ledger and ledger[0][0] <= now - window:
+    while ledger and ledger[0][0] + window <= now:
         ledger.pop(0)
 
 

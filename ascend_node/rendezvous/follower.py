@@ -48,6 +48,7 @@ class Follower(Participant):
         node0_seen: dict[str, decide.SlotState] = {}
         abort_checked: set[str] = set()
         checked_dirs: set[str] = set()
+        root_checked = False
         writable_checked = False
         last_log = -1e9
         action: decide.FollowerAction = decide.WaitAttempt("not started")
@@ -89,6 +90,13 @@ class Follower(Participant):
                     now = self.clock()
                 ledger.append((now, cost))
             looked_before, last_look = last_look > -1e9, now
+            # Every directory down to the run directory must be a real one before a
+            # document is read through them (a symlink planted as `.ascend-node/<run>`
+            # would redirect every read). Checked after the glance, not before: on NFS
+            # the glance's open has just looked each of them up, so their `lstat`s cost
+            # nothing, where an `lstat` first makes the open revalidate (a GETATTR more).
+            if not root_checked:
+                root_checked = check_real_dirs(self.paths.shared_dir, self.paths.root)
             self.fresh.maybe_list(self.paths.root)
             attempt = self._read_attempt()
             new_attempt = attempt is not None and attempt.attempt_id != seen_attempt
@@ -96,11 +104,13 @@ class Follower(Participant):
                 seen_attempt = attempt.attempt_id
                 busy_since = now
             # Once all of its directories exist (node 0 may have written attempt.json but
-            # not yet made the directory): the publish then need not make them.
-            if attempt is not None and attempt.attempt_id not in checked_dirs \
-                    and check_real_dirs(self.paths.shared_dir,
-                                        self.paths.attempt_dir(attempt.attempt_id)):
-                checked_dirs.add(attempt.attempt_id)
+            # not yet made the directory): the publish then need not make them. Opened
+            # (revalidated) first, for the same reason as above.
+            if attempt is not None and attempt.attempt_id not in checked_dirs:
+                self.fresh.dir(self.paths.attempt_dir(attempt.attempt_id))
+                if check_real_dirs(self.paths.shared_dir,
+                                   self.paths.attempt_dir(attempt.attempt_id)):
+                    checked_dirs.add(attempt.attempt_id)
             outcome = self._read_outcome(attempt.attempt_id) if attempt else None
             if outcome is None and attempt is not None and changed and looked_before \
                     and not new_attempt and cadence.is_calm(now, busy_since, size):
