@@ -187,9 +187,10 @@ directory opens and listings, attempt.json, the outcome, its own slot and node 0
 progress document each re-read because they changed (measured on the bed, v4.2: 14 in
 the first look after the pod's publish, 4-7 later)."""
 
-NO_ATTEMPT_LOOK_RPCS = 8.0
+NO_ATTEMPT_LOOK_RPCS = 6.0
 """A look that finds no attempt open (a pod that came before node 0 opened it): the path
-walked down to the run directory and attempt.json's absence, measured on the bed."""
+walked down to the run directory, attempt.json's absence, the volume's writability (a
+STATFS): measured 5 on the bed, v4.2."""
 
 
 def look_rpcs(found_attempt: bool) -> float:
@@ -197,12 +198,14 @@ def look_rpcs(found_attempt: bool) -> float:
     return LOOK_PEAK_RPCS if found_attempt else NO_ATTEMPT_LOOK_RPCS
 
 
-JOIN_RPCS = 20.0
-"""A follower's join, as the pacing models it: its first look at the shared directory
-(a LOOKUP and an ACCESS for each directory of the path, the opens of the run and attempt
-directories, attempt.json, the outcome and its own slot), node 0's slot, and its publish
-(the temp file's OPEN, SETATTR, WRITE, CLOSE, then ACCESS, LINK, REMOVE): measured on the
-bed, v4.2 (`bench/bench_nfs_burst.py --trace`)."""
+JOIN_RPCS = 24.0
+"""A follower's join after the glance that began its poll, as the pacing charges it: the
+rest of its first look at the shared directory (the path's LOOKUPs and ACCESSes, the
+attempt directory's open, attempt.json, the outcome's and its own slot's absence), node
+0's slot, and its publish (the temp file's OPEN, SETATTR, WRITE, CLOSE, then ACCESS,
+LINK, REMOVE). Measured on the bed, v4.2 (`bench/bench_nfs_burst.py --trace`): 24 after
+a glance of 1 (the glance's open is the path walk's first half). With the glance, the
+whole of `WINDOW_RPCS`: a join stands alone in its window."""
 
 
 def follower_rpcs_per_second(poll_interval: float, calm: bool, node_count: int = 0) -> float:
