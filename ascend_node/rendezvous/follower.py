@@ -83,11 +83,14 @@ class Follower(Participant):
                 # repeated after the wait.
                 joining = attempt is None or published_in != attempt.attempt_id
                 cost = cadence.JOIN_RPCS if joining else cadence.LOOK_PEAK_RPCS
-                wait = cadence.room_in(ledger, now, cost) - now
-                if wait > 0:
+                if cadence.room_in(ledger, now, cost) > now:
+                    # After the wait the run directory is opened again before it is
+                    # read (`freshness`): one glance more, charged with the look.
+                    wait = cadence.room_in(ledger, now, cost + cadence.GLANCE_RPCS) - now
                     self.sleep(min(wait, max(self.deadline - now, 0.0)))
                     self.fresh.new_poll()
                     now = self.clock()
+                    ledger.append((now, cadence.GLANCE_RPCS))
                 ledger.append((now, cost))
             looked_before, last_look = last_look > -1e9, now
             # Every directory down to the run directory must be a real one before a
