@@ -74,6 +74,7 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=40.0)
     ap.add_argument("--every", type=float, default=1.0)
     ap.add_argument("--src", default="")
+    ap.add_argument("--vers", default="4.2", help="NFS version of the mounts: 4.2 or 3")
     ap.add_argument("--trace", action="store_true")
     ap.add_argument("--node0-late", type=float, default=0.0,
                     help="start node 0 this many s after the follower (it comes first)")
@@ -82,10 +83,12 @@ def main() -> int:
     if reason:
         print(f"bench_nfs_burst: cannot run: {reason}", file=sys.stderr)
         return 2
-    with Bed(Path(tempfile.mkdtemp(prefix="bench-nfs-burst-")), vers="4.2",
-             clients=2) as bed:
-        print(f"booted in {bed.boot_seconds:.1f} s; {bed.server_ready}", flush=True)
-        for n in (int(s) for s in args.sizes.split(",")):
+    for n in (int(s) for s in args.sizes.split(",")):
+        # A bed of its own for each N: a client that ran the previous size would return
+        # that run's delegations (DELEGRETURN) inside this one's windows.
+        with Bed(Path(tempfile.mkdtemp(prefix="bench-nfs-burst-")), vers=args.vers,
+                 clients=2) as bed:
+            print(f"booted in {bed.boot_seconds:.1f} s; {bed.server_ready}", flush=True)
             samples = measure(bed, n, args.seconds, args.every, args.src, args.trace,
                               args.node0_late)
             # the follower's own start: the first sample whose count moved
