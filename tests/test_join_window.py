@@ -157,3 +157,14 @@ def test_the_window_budget_is_what_the_issue_asks():
     assert cadence.GLANCE_RPCS + cadence.JOIN_RPCS <= cadence.WINDOW_RPCS
     assert cadence.paced(64) and not cadence.paced(63) and not cadence.paced(8)
 
+
+
+def test_on_a_fuse_volume_a_large_jobs_follower_keeps_its_cadence(tmp_path, monkeypatch):
+    """sshfs caches attributes, so every poll there is a full look (docs/rendezvous.md,
+    "Poll cost"); the pacing's costs are an NFS server's: it does not apply."""
+    from ascend_node.rendezvous import freshness
+    monkeypatch.setattr(freshness, "attributes_are_current", lambda *a, **k: False)
+    events = run_follower(tmp_path, 64, 10.0, 0.0, monkeypatch)
+    looks = [t for t, k in events if k in ("look", "join")]
+    gaps = [b - a for a, b in zip(looks, looks[1:])]
+    assert max(gaps) <= cadence.GLANCE_EVERY + 1e-9, gaps

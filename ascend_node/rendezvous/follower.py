@@ -68,6 +68,8 @@ class Follower(Participant):
                 ledger.append((now, cadence.GLANCE_RPCS))
             # (a FUSE volume may show a directory's old attributes: every poll looks)
             changed = glance != seen or not self.fresh.attributes_current
+            if ledger is not None and not self.fresh.attributes_current:
+                ledger = None  # (the costs paced are an NFS server's: sshfs keeps its cadence)
             seen = glance
             if not cadence.follower_looks(now, busy_since, last_look, changed,
                                           self.poll_interval, size):
