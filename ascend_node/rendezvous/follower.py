@@ -175,6 +175,9 @@ class Follower(Participant):
                 if ledger is not None:
                     # Calm from the start: the next full look comes a whole window
                     # after the publish, and the next glance when the join leaves room.
+                    # (A look charged as a look that met a new attempt and published in
+                    # it is charged as the join it was: the polls after it wait for it.)
+                    ledger[-1] = (ledger[-1][0], cadence.JOIN_RPCS)
                     last_look = busy_since
                     self._paced_nap(ledger, cadence.follower_nap(
                         busy_since, busy_since, self.poll_interval, size),
