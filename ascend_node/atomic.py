@@ -10,8 +10,8 @@ the rank table, probes reading `status.json`. So every write goes the same way:
 2. write everything, set mode and owner on the open descriptor (`fchmod`/`fchown`;
    without an owner to set, the temp is created with its mode and `fchmod` only repairs
    what the umask took), so the file never appears under its final name with the wrong
-   mode or owner — MindIE
-   rejects a config or rank table that is group-writable or owned by another uid;
+   mode or owner — MindIE rejects a config or rank table that is group-writable or owned
+   by another uid;
 3. `fsync` the data, `rename` over the target, `fsync` the directory so the rename
    itself survives a crash;
 4. on any failure, remove the temp file: nothing half-written is ever left behind.

@@ -38,10 +38,12 @@ from its start (a glance every 0.5 s, a look every 5 s: under 5 RPC/s at every m
 ledger of what its recent polls cost (modeled: `GLANCE_RPCS`, `LOOK_PEAK_RPCS`,
 `JOIN_RPCS`, measured on the bed) and holds a poll back until the last `WINDOW` seconds
 leave room for it under `WINDOW_RPCS` (`room_in`): its join — the first look at the shared
-directory, node 0's slot, its own publish, together most of a window's budget — is then
-followed by a few glances spread over the rest of that window instead of ten. So no
-`WINDOW` seconds of a waiting follower's life, join included, cost the server more than
-`WINDOW_RPCS` (issue 29's target: 5 RPC/s over any 5 s window at N >= 64).
+directory, node 0's slot, its own publish: with the glance that began it, the whole of a
+window's budget — then stands alone in its window: the next glance comes once it has left
+it, and a pod that glanced before node 0's attempt opened joins once those glances have
+left. So no `WINDOW` seconds of a waiting follower's life, join included, cost the server
+more than `WINDOW_RPCS` (issue 29's target: 5 RPC/s over any 5 s window at N >= 64); the
+price is up to `WINDOW` s of lag around the pod's own join (docs/rendezvous.md).
 
 Pure functions of the times and the job's size, so the cadence is tested by a table of
 cases.
@@ -86,10 +88,6 @@ WINDOW = 5.0
 
 WINDOW_RPCS = 25.0
 """What a large job's follower may ask for in any `WINDOW` seconds: 5 RPC/s."""
-
-JITTER_SHORTEST = 0.8
-"""The shortest nap, as a share of the nominal one (naps are jittered by +-20 %)."""
-
 
 def paced(node_count: int) -> bool:
     """Whether a follower of a job of `node_count` nodes paces its polls by the ledger

@@ -81,8 +81,7 @@ class Follower(Participant):
                 continue
             if ledger is not None:
                 # A look that may publish (this pod has not, in the attempt it knows
-                # of) is budgeted as a join; the glance that called for it is not
-                # repeated after the wait.
+                # of) is budgeted as a join, and waits until the window has room for it.
                 joining = attempt is None or published_in != attempt.attempt_id
                 cost = cadence.JOIN_RPCS if joining else cadence.LOOK_PEAK_RPCS
                 if cadence.room_in(ledger, now, cost) > now:
