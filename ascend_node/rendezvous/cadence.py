@@ -230,9 +230,11 @@ def peak_follower_rpcs(poll_interval: float, node_count: int, window: float = LO
                        ) -> float:
     """The most one follower asks for in any `window` s, per second, by the cadence's
     worst case (the jitter's shortest naps): its fast polls when it has them, else the
-    glances of the window plus one full look."""
+    glances of the window plus one full look — and, for a follower that paces its polls
+    (`paced`), at most the ledger's bound over a `WINDOW`, its join's included."""
     shortest = 0.8  # the jitter: naps of 80-120 %
     if fast_for(node_count) > 0:
         return FAST_POLL_RPCS / (fast_interval(node_count, poll_interval) * shortest)
     glances = window / (max(poll_interval, GLANCE_EVERY) * shortest)
-    return (glances * GLANCE_RPCS + (LOOK_RPCS - GLANCE_RPCS)) / window
+    waiting = (glances * GLANCE_RPCS + (LOOK_RPCS - GLANCE_RPCS)) / window
+    return max(waiting, WINDOW_RPCS / WINDOW) if paced(node_count) else waiting
