@@ -7,9 +7,11 @@ the rank table, probes reading `status.json`. So every write goes the same way:
 1. create a temp file *in the target's directory* with `O_CREAT|O_EXCL` (a rename is
    only atomic within one filesystem, and EXCL means we never write through a file or
    symlink someone else planted under our temp name);
-2. write everything, set mode and owner on the open descriptor (`fchmod`/`fchown`),
-   so the file never appears under its final name with the wrong mode or owner — MindIE
-   rejects a config or rank table that is group-writable or owned by another uid;
+2. write everything, set mode and owner on the open descriptor (`fchmod`/`fchown`;
+   without an owner to set, the temp is created with its mode and `fchmod` only repairs
+   what the umask took), so the file never appears under its final name with the wrong
+   mode or owner — MindIE rejects a config or rank table that is group-writable or owned
+   by another uid;
 3. `fsync` the data, `rename` over the target, `fsync` the directory so the rename
    itself survives a crash;
 4. on any failure, remove the temp file: nothing half-written is ever left behind.
@@ -29,6 +31,7 @@ import contextlib
 import errno
 import os
 import secrets
+import stat
 from typing import Optional, Union
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -102,15 +105,20 @@ def atomic_write_bytes(
         | getattr(os, "O_CLOEXEC", 0)
         | getattr(os, "O_NOFOLLOW", 0)
     )
-    fd = os.open(temp, flags, 0o600)
+    owned = uid is not None or gid is not None
+    # Created with its final mode when nobody else is to own it: a separate `fchmod` is
+    # a SETATTR round trip on NFS (issue 29: a follower's publish), needed only when the
+    # umask took bits away. A file to be given away is private until its owner is set.
+    fd = os.open(temp, flags, 0o600 if owned else mode)
     try:
         try:
             view = memoryview(data)
             while view:
                 written = os.write(fd, view)
                 view = view[written:]
-            os.fchmod(fd, mode)
-            if uid is not None or gid is not None:
+            if owned or stat.S_IMODE(os.fstat(fd).st_mode) != mode:
+                os.fchmod(fd, mode)
+            if owned:
                 os.fchown(fd, -1 if uid is None else uid, -1 if gid is None else gid)
                 # chown clears set-id bits; re-apply the mode the caller asked for.
                 os.fchmod(fd, mode)

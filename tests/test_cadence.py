@@ -7,6 +7,7 @@ full look per LOOK_EVERY seconds, and sees node 0's verdict within a glance of i
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -154,6 +155,19 @@ def test_which_volumes_glances_and_listings_can_be_trusted_on(lines, path, curre
     assert attributes_are_current(Path(path), "\n".join(lines)) is current
 
 
+@pytest.mark.parametrize(("lines", "device", "current"), [
+    ([ROOT, SSHFS], os.makedev(0, 64), False),  # found by its device: no path resolved
+    ([ROOT, NFS], os.makedev(0, 61), True),
+    ([ROOT, NFS, SSHFS], os.makedev(0, 61), True),  # the device, not the path, decides
+    ([ROOT, SSHFS], os.makedev(0, 99), False),  # no such device: by the path (sshfs)
+])
+def test_the_volume_is_found_by_the_device_a_glance_saw(lines, device, current):
+    """The follower's first glance gives the volume's st_dev; the mount table then names
+    the filesystem without a `realpath` of the shared directory (a round trip on NFS)."""
+    from ascend_node.rendezvous.freshness import attributes_are_current
+    assert attributes_are_current(Path("/mnt/model/x"), "\n".join(lines), device) is current
+
+
 # ------------------------------------------------------------ the start burst (issue 29)
 
 
@@ -205,3 +219,39 @@ def test_the_jobs_burst_at_1024_nodes_is_under_a_third_of_what_it_was():
     now = cadence.job_rpcs_per_second(1024, P, calm=False)
     assert now <= before / 3
 
+
+# ------------------------------------------------------------ the join, paced (issue 29)
+
+J, G, L = cadence.JOIN_RPCS, cadence.GLANCE_RPCS, cadence.LOOK_PEAK_RPCS
+
+
+@pytest.mark.parametrize(("ledger", "at", "cost", "expected"), [
+    ([], 3.0, J, 3.0),                           # nothing spent: at once
+    ([(0.0, G)], 0.0, J, 0.0),                   # a join after the glance that began it
+    ([(0.0, G), (0.0, J)], 0.4, G, 5.0),         # the join stands alone: glances wait
+    ([(0.0, G), (0.0, J), (5.0, G)], 5.4, G, 5.4),  # ... until it has left the window
+    # ten glances first (0-4.5 s): a join waits until all but one have left the window
+    ([(t / 2, G) for t in range(10)], 4.6, J, 4.0 + 5.0),
+    ([(t / 2, G) for t in range(10)], 4.6, L, 4.6),  # a look fits beside ten glances
+    ([(t / 2, G) for t in range(10)] + [(4.6, L)], 5.0, G, 5.0),
+    ([(0.0, 30.0)], 1.0, 30.0, 5.0),             # over the budget alone: an empty window
+    ([(6.059123456789, 20.0), (6.5571, G)], 6.9, L, 6.059123456789 + 5.0),  # rounding
+])
+def test_a_paced_poll_waits_until_the_last_window_has_room_for_it(ledger, at, cost, expected):
+    assert cadence.room_in(ledger, at, cost) == pytest.approx(expected)
+
+
+def test_the_ledger_forgets_what_no_window_holds_any_more():
+    ledger = [(0.0, G), (1.5, J), (4.9, G)]
+    cadence.forget(ledger, 6.0)
+    assert ledger == [(1.5, J), (4.9, G)]
+    cadence.forget(ledger, 6.5)  # a poll 5 s old is in no window ending now or later
+    assert ledger == [(4.9, G)]
+    cadence.forget(ledger, 10.0)
+    assert ledger == []
+
+
+@pytest.mark.parametrize(("nodes", "paced"), [(2, False), (31, False), (63, False),
+                                              (64, True), (1024, True)])
+def test_only_a_job_whose_followers_glance_from_the_start_is_paced(nodes, paced):
+    assert cadence.paced(nodes) is paced

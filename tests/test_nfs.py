@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import math
 import re
 import subprocess
 import sys
@@ -272,3 +273,36 @@ def test_a_waiting_follower_asks_the_server_for_at_most_5_rpcs_a_second(bed: Bed
     sent = {op: after[op] - before.get(op, 0) for op in after if after[op] != before.get(op, 0)}
     rate = sum(sent.values()) / (t1 - t0)
     assert rate <= 5.0, f"{rate:.1f} RPC/s from one waiting follower: {sent}"
+
+
+@pytest.mark.parametrize("vers", ["4.2", "3"])
+def test_no_5_s_window_of_a_large_jobs_follower_holds_more_than_25_rpcs(
+        vers: str, tmp_path: Path) -> None:
+    """Issue 29's target, its join included (docs/rendezvous.md, "The start burst"): node 0
+    alone on client 0, node 1 alone on client 1, of a job of 64 nodes whose other pods
+    never come. Client 1's RPCs (the client's own lease renewals apart) are sampled every
+    second from the common start for 25 s; every 5 s between two samples holds at most
+    25 — and one glance more for each 0.4 s a slow sample stretched it beyond 5 s. A bed
+    of its own: a client that served earlier runs returns their delegations meanwhile."""
+    reason = why_not()
+    if reason:
+        pytest.skip(reason)
+    with Bed(tmp_path / "bed", vers=vers, options="", clients=2) as bed:
+        nodes = bed.pods(64, devices=2, run_id="window", timeout=40)[:2]
+        bed.start_run(nodes, hard_timeout=90, place=lambda i: i)
+        samples: list[tuple[float, int, dict[str, int]]] = []
+        for k in range(26):
+            time.sleep(max(0.0, bed.last_start + k - time.time()))
+            ops = bed.client_counters()[1]
+            samples.append((time.time(), sum(v for op, v in ops.items()
+                                             if op not in ("SEQUENCE", "RENEW")), ops))
+        results = bed.finish_run()
+        start = bed.last_start
+    assert [r.exit_code for r in results] == [4, 4], explain(results)
+    assert samples[-1][1] - samples[0][1] > 25, "the follower asked nothing: not measured"
+    for (t0, n0, a), (t1, n1, b) in zip(samples, samples[5:]):
+        allowed = 25 + max(0, math.ceil((t1 - t0 - 5.0) / 0.4))
+        assert n1 - n0 <= allowed, (
+            f"{n1 - n0} RPCs in {t1 - t0:.1f} s from {t0 - start:.1f} s "
+            f"({ {op: b[op] - a.get(op, 0) for op in b if b[op] != a.get(op, 0)} }): "
+            f"{[n - samples[0][1] for _, n, _ in samples]}")

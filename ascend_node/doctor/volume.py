@@ -165,7 +165,7 @@ def check_poll_cost(node_count: Optional[int], poll_interval: float) -> CheckRes
              if fast_for else
              f"from its start: at N >= {cadence.GLANCE_FROM_START_AT} a follower glances "
              f"at once, at most {cadence.peak_follower_rpcs(poll_interval, node_count):.1f}"
-             f" RPC/s in any {cadence.LOOK_EVERY:g} s")
+             f" RPC/s in any {cadence.LOOK_EVERY:g} s, its join included")
     text = (f"at N = {node_count} and a poll interval of {poll_interval:g} s "
             "(ASCEND_NODE_POLL_INTERVAL) the rendezvous asks "
             f"an NFS server for ~{calm:,.0f} RPC/s while its pods wait "

@@ -34,6 +34,17 @@ lag, as before); from `JOB_FAST_BUDGET` / `FAST_POLL_RPCS` * the poll interval f
 near `JOB_FAST_BUDGET` RPC/s; at `GLANCE_FROM_START_AT` nodes or more a follower glances
 from its start (a glance every 0.5 s, a look every 5 s: under 5 RPC/s at every moment).
 
+**The join, paced.** At `GLANCE_FROM_START_AT` nodes or more a follower also keeps a
+ledger of what its recent polls cost (modeled: `GLANCE_RPCS`, `LOOK_PEAK_RPCS`,
+`JOIN_RPCS`, measured on the bed) and holds a poll back until the last `WINDOW` seconds
+leave room for it under `WINDOW_RPCS` (`room_in`): its join — the first look at the shared
+directory, node 0's slot, its own publish: with the glance that began it, the whole of a
+window's budget — then stands alone in its window: the next glance comes once it has left
+it, and a pod that glanced before node 0's attempt opened joins once those glances have
+left. So no `WINDOW` seconds of a waiting follower's life, join included, cost the server
+more than `WINDOW_RPCS` (issue 29's target: 5 RPC/s over any 5 s window at N >= 64); the
+price is up to `WINDOW` s of lag around the pod's own join (docs/rendezvous.md).
+
 Pure functions of the times and the job's size, so the cadence is tested by a table of
 cases.
 """
@@ -73,6 +84,41 @@ def fast_interval(node_count: int, poll_interval: float) -> float:
     (never more than a glance's interval: the lag stays under a second)."""
     spread = max(node_count - 1, 0) * FAST_POLL_RPCS / JOB_FAST_BUDGET
     return max(poll_interval, min(spread, GLANCE_EVERY))
+
+
+WINDOW = 5.0
+"""Seconds of the window over which a large job's follower's RPCs are bounded."""
+
+WINDOW_RPCS = 25.0
+"""What a large job's follower may ask for in any `WINDOW` seconds: 5 RPC/s."""
+
+def paced(node_count: int) -> bool:
+    """Whether a follower of a job of `node_count` nodes paces its polls by the ledger
+    (`room_in`): the jobs whose followers glance from their start."""
+    return fast_for(node_count) == 0
+
+
+def room_in(ledger: list[tuple[float, float]], at: float, cost: float,
+            window: float = WINDOW, budget: float = WINDOW_RPCS) -> float:
+    """The earliest time at or after `at` when a poll costing `cost` RPCs keeps every
+    `window` seconds ending then within `budget`, given `ledger`: (time, RPCs) of the
+    polls made, oldest first. A poll of more than the whole budget waits until the
+    ledger is empty in its window (it then stands alone in it)."""
+    t = at
+    for _ in range(len(ledger) + 1):  # each round lets one poll leave the window
+        # (`when + window > t`, not `when > t - window`: the time at which a poll
+        # leaves, `when + window`, must compare as left, whatever the rounding)
+        inside = [(when, rpcs) for when, rpcs in ledger if when + window > t]
+        if not inside or sum(rpcs for _, rpcs in inside) + cost <= budget:
+            return t
+        t = max(t, inside[0][0] + window)  # the oldest poll in the window leaves it
+    return t
+
+
+def forget(ledger: list[tuple[float, float]], now: float, window: float = WINDOW) -> None:
+    """Drop the ledger's polls that no window ending now or later holds."""
+    while ledger and ledger[0][0] + window <= now:
+        ledger.pop(0)
 
 
 def is_calm(now: float, busy_since: float, node_count: int = 0) -> bool:
@@ -160,6 +206,33 @@ follower's look at the verdict (measured: 48 per pod on v4.2, 67 on v3, at N = 8
 client per pod)."""
 
 
+LOOK_PEAK_RPCS = 14.0
+"""The most a calm follower's full look costs (the pacing's model, not the mean): both
+directory opens and listings, attempt.json, the outcome, its own slot and node 0's
+progress document each re-read because they changed (measured on the bed, v4.2: 14 in
+the first look after the pod's publish, 4-7 later)."""
+
+NO_ATTEMPT_LOOK_RPCS = 6.0
+"""A look that finds no attempt open (a pod that came before node 0 opened it): the path
+walked down to the run directory, attempt.json's absence, the volume's writability (a
+STATFS): measured 5 on the bed, v4.2."""
+
+
+def look_rpcs(found_attempt: bool) -> float:
+    """What the pacing charges a look that did not publish."""
+    return LOOK_PEAK_RPCS if found_attempt else NO_ATTEMPT_LOOK_RPCS
+
+
+JOIN_RPCS = 24.0
+"""A follower's join after the glance that began its poll, as the pacing charges it: the
+rest of its first look at the shared directory (the path's LOOKUPs and ACCESSes, the
+attempt directory's open, attempt.json, the outcome's and its own slot's absence), node
+0's slot, and its publish (the temp file's OPEN, SETATTR, WRITE, CLOSE, then ACCESS,
+LINK, REMOVE). Measured on the bed, v4.2 (`bench/bench_nfs_burst.py --trace`): 24 after
+a glance of 1 (the glance's open is the path walk's first half). With the glance, the
+whole of `WINDOW_RPCS`: a join stands alone in its window."""
+
+
 def follower_rpcs_per_second(poll_interval: float, calm: bool, node_count: int = 0) -> float:
     """What one waiting follower asks of the server, on average (in its first seconds
     when not `calm`: in a job of `node_count` nodes, see `fast_for`)."""
@@ -184,7 +257,8 @@ def peak_follower_rpcs(poll_interval: float, node_count: int, window: float = LO
                        ) -> float:
     """The most one follower asks for in any `window` s, per second, by the cadence's
     worst case (the jitter's shortest naps): its fast polls when it has them, else the
-    glances of the window plus one full look."""
+    glances of the window plus one full look — and, for a follower that paces its polls
+    (`paced`), at most the ledger's bound over a `WINDOW`, its join's included."""
     shortest = 0.8  # the jitter: naps of 80-120 %
     if fast_for(node_count) > 0:
         quick = first_attempt_nap(0.0, 0.0, poll_interval, node_count)
@@ -193,4 +267,5 @@ def peak_follower_rpcs(poll_interval: float, node_count: int, window: float = LO
         return (FAST_POLL_RPCS / (fast_interval(node_count, poll_interval) * shortest)
                 + extra * FAST_POLL_RPCS / window)
     glances = window / (max(poll_interval, GLANCE_EVERY) * shortest)
-    return (glances * GLANCE_RPCS + (LOOK_RPCS - GLANCE_RPCS)) / window
+    waiting = (glances * GLANCE_RPCS + (LOOK_RPCS - GLANCE_RPCS)) / window
+    return max(waiting, WINDOW_RPCS / WINDOW) if paced(node_count) else waiting

@@ -48,6 +48,7 @@ class Follower(Participant):
         node0_seen: dict[str, decide.SlotState] = {}
         abort_checked: set[str] = set()
         checked_dirs: set[str] = set()
+        root_checked = False
         writable_checked = False
         last_log = -1e9
         action: decide.FollowerAction = decide.WaitAttempt("not started")
@@ -57,19 +58,49 @@ class Follower(Participant):
         seen: Optional[object] = None  # what the last glance at the run directory saw
         seen_attempt: Optional[str] = None
         attempt: Optional[AttemptDoc] = None
+        # What this follower's recent polls cost the server, modeled (cadence, "the
+        # join, paced"): a large job's follower holds a poll back until it fits.
+        ledger: Optional[list[tuple[float, float]]] = [] if cadence.paced(size) else None
         while True:
             now = self.clock()
             glance = self.fresh.glance(self.paths.root)
+            if ledger is not None:
+                ledger.append((now, cadence.GLANCE_RPCS))
             # (a FUSE volume may show a directory's old attributes: every poll looks)
             changed = glance != seen or not self.fresh.attributes_current
+            if ledger is not None and not self.fresh.attributes_current:
+                ledger = None  # (the costs paced are an NFS server's: sshfs keeps its cadence)
             seen = glance
             if not cadence.follower_looks(now, busy_since, last_look, changed,
                                           self.poll_interval, size):
                 if self._timed_out():
                     raise self._timeout_error(self._timeout(action, attempt))
-                self._nap(cadence.follower_nap(now, busy_since, self.poll_interval, size))
+                self._paced_nap(ledger, cadence.follower_nap(now, busy_since,
+                                                             self.poll_interval, size),
+                                cadence.GLANCE_RPCS)
                 continue
+            if ledger is not None:
+                # A look that may publish (this pod has not, in the attempt it knows
+                # of) is budgeted as a join, and waits until the window has room for it.
+                joining = attempt is None or published_in != attempt.attempt_id
+                cost = cadence.JOIN_RPCS if joining else cadence.LOOK_PEAK_RPCS
+                if cadence.room_in(ledger, now, cost) > now:
+                    # After the wait the run directory is opened again before it is
+                    # read (`freshness`): one glance more, charged with the look.
+                    wait = cadence.room_in(ledger, now, cost + cadence.GLANCE_RPCS) - now
+                    self.sleep(min(wait, max(self.deadline - now, 0.0)))
+                    self.fresh.new_poll()
+                    now = self.clock()
+                    ledger.append((now, cadence.GLANCE_RPCS))
+                ledger.append((now, cost))
             looked_before, last_look = last_look > -1e9, now
+            # Every directory down to the run directory must be a real one before a
+            # document is read through them (a symlink planted as `.ascend-node/<run>`
+            # would redirect every read). Checked after the glance, not before: on NFS
+            # the glance's open has just looked each of them up, so their `lstat`s cost
+            # nothing, where an `lstat` first makes the open revalidate (a GETATTR more).
+            if not root_checked:
+                root_checked = check_real_dirs(self.paths.shared_dir, self.paths.root)
             self.fresh.maybe_list(self.paths.root)
             attempt = self._read_attempt()
             new_attempt = attempt is not None and attempt.attempt_id != seen_attempt
@@ -77,11 +108,13 @@ class Follower(Participant):
                 seen_attempt = attempt.attempt_id
                 busy_since = now
             # Once all of its directories exist (node 0 may have written attempt.json but
-            # not yet made the directory): the publish then need not make them.
-            if attempt is not None and attempt.attempt_id not in checked_dirs \
-                    and check_real_dirs(self.paths.shared_dir,
-                                        self.paths.attempt_dir(attempt.attempt_id)):
-                checked_dirs.add(attempt.attempt_id)
+            # not yet made the directory): the publish then need not make them. Opened
+            # (revalidated) first, for the same reason as above.
+            if attempt is not None and attempt.attempt_id not in checked_dirs:
+                self.fresh.dir(self.paths.attempt_dir(attempt.attempt_id))
+                if check_real_dirs(self.paths.shared_dir,
+                                   self.paths.attempt_dir(attempt.attempt_id)):
+                    checked_dirs.add(attempt.attempt_id)
             outcome = self._read_outcome(attempt.attempt_id) if attempt else None
             if outcome is None and attempt is not None and changed and looked_before \
                     and not new_attempt and cadence.is_calm(now, busy_since, size):
@@ -143,6 +176,16 @@ class Follower(Participant):
                               dirs_checked=action.attempt_id in checked_dirs)
                 published_in = action.attempt_id
                 busy_since = self.clock()
+                if ledger is not None:
+                    # Calm from the start: the next full look comes a whole window
+                    # after the publish, and the next glance when the join leaves room.
+                    # (A look charged as a look that met a new attempt and published in
+                    # it is charged as the join it was: the polls after it wait for it.)
+                    ledger[-1] = (ledger[-1][0], cadence.JOIN_RPCS)
+                    last_look = busy_since
+                    self._paced_nap(ledger, cadence.follower_nap(
+                        busy_since, busy_since, self.poll_interval, size),
+                        cadence.GLANCE_RPCS)
                 continue
             if (
                 isinstance(action, decide.WaitAttempt)
@@ -166,9 +209,27 @@ class Follower(Participant):
             if now - last_log >= self.progress_interval:
                 last_log = now
                 log.info("%s", self._waiting_line(action, attempt))
+            if ledger is not None and (attempt is None or published_in != attempt.attempt_id):
+                # Budgeted as a join, it did not publish: it cost what a look costs.
+                ledger[-1] = (ledger[-1][0], cadence.look_rpcs(attempt is not None))
             if self._timed_out():
                 raise self._timeout_error(self._timeout(action, attempt))
-            self._nap(cadence.follower_nap(now, busy_since, self.poll_interval, size))
+            self._paced_nap(ledger, cadence.follower_nap(now, busy_since, self.poll_interval,
+                                                         size), cadence.GLANCE_RPCS)
+
+    def _paced_nap(self, ledger: Optional[list[tuple[float, float]]], interval: float,
+                   cost: float) -> None:
+        """Nap `interval` (+-20 %); with a `ledger`, longer if the next poll (`cost`)
+        would not fit in its window (`cadence.room_in`)."""
+        if ledger is None:
+            self._nap(interval)
+            return
+        now = self.clock()
+        cadence.forget(ledger, now)
+        nap = interval * random.uniform(0.8, 1.2)
+        nap = cadence.room_in(ledger, now + nap, cost) - now
+        self.sleep(min(nap, max(self.deadline - now, 0.0)))
+        self.fresh.new_poll()
 
     def _on_key_mismatch(self, got: Invalid) -> None:
         """Node 0's attempt is signed with a key this pod lacks, with another key, or

@@ -50,9 +50,10 @@ Stamp = tuple[str, int, int, int, int, int]
 """What a glance compares: the directory looked at, its inode, mtime, ctime, size, links."""
 
 
-def _stamp_of(path: Path) -> Optional[Stamp]:
+def _stamp_and_device(path: Path) -> Optional[tuple[Stamp, int]]:
     """Open `path` as a real directory (revalidating it, one GETATTR on NFS) and return
-    the attributes it now has; None when it is missing or not a real directory."""
+    the attributes it now has, and the device number of the filesystem holding it; None
+    when it is missing or not a real directory."""
     with call("open", path):
         try:
             fd = os.open(path, _DIR_FLAGS)
@@ -66,7 +67,8 @@ def _stamp_of(path: Path) -> Optional[Stamp]:
             return None
         finally:
             os.close(fd)
-    return (str(path), st.st_ino, st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_nlink)
+    return ((str(path), st.st_ino, st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_nlink),
+            st.st_dev)
 
 
 def nudge(path: Path) -> None:
@@ -96,18 +98,29 @@ def _nudge(path: Path) -> None:
         os.close(fd)
 
 
-def attributes_are_current(path: Path, mountinfo: Optional[str] = None) -> bool:
+def attributes_are_current(path: Path, mountinfo: Optional[str] = None,
+                           device: Optional[int] = None) -> bool:
     """False when `path` lies on a FUSE filesystem (sshfs and the like): those cache a
     directory's attributes and listing for seconds (sshfs: `cache_timeout`, 20 s), so a
     glance or a listing may not show a change that a lookup by name shows at once. NFS,
     local disks and the rest revalidate on open. Reads /proc/self/mountinfo (proc(5)):
-    the longest mount point holding `path` decides; when it cannot be read, True."""
+    the mount whose device number (`major:minor`) is `device` — the `st_dev` of a file
+    already opened there, so no call on the volume is needed (a `realpath` of `path` is a
+    GETATTR of each component on NFS: issue 29, the join's cost) — else the longest mount
+    point holding `path`; when it cannot be read, True."""
     if mountinfo is None:
         try:
             mountinfo = Path("/proc/self/mountinfo").read_text(encoding="utf-8",
                                                                errors="replace")
         except OSError:
             return True
+    if device is not None:
+        wanted = f"{os.major(device)}:{os.minor(device)}"
+        for line in mountinfo.splitlines():
+            left, sep, right = line.partition(" - ")
+            fields, tail = left.split(), right.split()
+            if sep and len(fields) >= 5 and tail and fields[2] == wanted:
+                return not tail[0].startswith("fuse")
     with call("resolve", path):  # resolving symlinks: calls on the volume
         real = os.path.realpath(path)
     best, fs_type = -1, ""
@@ -209,12 +222,13 @@ class Freshness:
         self._done: dict[Path, bool] = {}
         self._next_listing: dict[Path, float] = {}
         self._current: Optional[bool] = None
+        self._device: Optional[int] = None  # of the volume, from the first glance
 
     @property
     def attributes_current(self) -> bool:
         """Whether glances and listings of this volume can be trusted (once per pod)."""
         if self._current is None:
-            self._current = attributes_are_current(self.trusted_root)
+            self._current = attributes_are_current(self.trusted_root, device=self._device)
         return self._current
 
     def new_poll(self) -> None:
@@ -247,11 +261,12 @@ class Freshness:
         to read from it calls `maybe_list`)."""
         current = path
         while True:
-            got = _stamp_of(current)
+            got = _stamp_and_device(current)
             if got is not None:
                 if current == path:
                     self._done[path] = True
-                return got
+                self._device = got[1]
+                return got[0]
             if current == self.trusted_root or current.parent == current:
                 return None
             current = current.parent

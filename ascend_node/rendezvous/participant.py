@@ -178,7 +178,7 @@ class Participant:
         path = self.paths.slot(attempt_id, self.index)
         if found is None:
             created = create_doc(path, self._member_doc(attempt_id), self.paths.shared_dir,
-                                 key=self.key, parent_checked=dirs_checked)
+                                 key=self.key, parent_checked=dirs_checked, durable=False)
             if created == "created":
                 log.info("published %s into attempt %s", self.name(self.index), attempt_id)
                 return

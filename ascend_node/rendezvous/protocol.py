@@ -38,7 +38,10 @@ class Rendezvous(Participant):
         return retrying(self._run_role, self.deadline, self.timeout, self.clock, self.sleep)
 
     def _run_role(self) -> OutcomeDoc:
-        check_real_dirs(self.paths.shared_dir, self.paths.root)
+        if self.index == 0:
+            # (a follower checks them right after its first glance has opened the run
+            # directory: on NFS the open's LOOKUPs make the check's own free)
+            check_real_dirs(self.paths.shared_dir, self.paths.root)
         role = Assembler if self.index == 0 else Follower
         settings = {f.name: getattr(self, f.name) for f in fields(self) if f.init}
         return role(**settings).run()

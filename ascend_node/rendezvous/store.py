@@ -378,19 +378,31 @@ _NO_LINKS = {errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.ENOSYS}
 
 
 def create_doc(path: Path, doc: BaseModel, trusted_root: Path, mode: int = 0o644,
-               key: Optional[RendezvousKey] = None, parent_checked: bool = False) -> Created:
+               key: Optional[RendezvousKey] = None, parent_checked: bool = False,
+               durable: bool = True) -> Created:
     """Publish `doc` only if nothing is at `path` yet, atomically (a complete file is
     hard-linked to the name): "created", "exists" (nothing written), or "unsupported"
     when the filesystem has no hard links (nothing written). `parent_checked`: the
     caller has just seen every directory above `path` exist as a real one
     (`check_real_dirs` True), so they are not created and inspected again (on NFS a
     `mkdir` of an existing name and its `lstat` each cost a round trip: a follower's
-    join at N >= 64, docs/rendezvous.md "The start burst")."""
+    join at N >= 64, docs/rendezvous.md "The start burst").
+
+    `durable=False` (a member's slot): no fsync of the data nor of the directory. The
+    directory's fsync is an open of it (a GETATTR on NFS, one more round trip of the
+    join) and flushes nothing there: an NFS server commits every change but an UNSTABLE
+    WRITE to stable storage before it answers (RFC 1813's "stable storage" rule, which
+    NFSv4 keeps), so the LINK and the REMOVE are stable when they return; the client's
+    close flushes and commits the data before the LINK is sent (close-to-open), so no
+    reader sees the name without the bytes, here or on a local disk. A slot describes
+    one start of its pod, which a restart after a crash of the machine publishes anew
+    (as `status.json`); node 0's verdict stays durable."""
     if not parent_checked:
         ensure_dir(path.parent, trusted_root)
     try:
         with call("create", path):
-            atomic_write_bytes(path, encode(doc, path, key), mode=mode, exclusive=True)
+            atomic_write_bytes(path, encode(doc, path, key), mode=mode, exclusive=True,
+                               durable=durable)
     except FileExistsError:
         return "exists"
     except OSError as exc:
