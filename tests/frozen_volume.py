@@ -9,7 +9,9 @@ is gone — a `hard` mount whose server froze — or, with FROZEN_VOLUME_ERRNO=E
 ETIMEDOUT), fails with that errno: a `soft` mount's answer. Everything else (the state
 dir, the fake devices) is untouched. FROZEN_VOLUME_TERMLOG moves Kubernetes' termination
 log (/dev/termination-log) to a file the test can read; FROZEN_VOLUME_WAIT shortens how
-long `report` and `clean` wait for the volume (`volume_call.OPERATOR_WAIT`).
+long `report` and `clean` wait for the volume (`volume_call.OPERATOR_WAIT`);
+FROZEN_VOLUME_HIT names a file created the first time a call meets the frozen volume (a
+test that ends an outage once a pod has met it, whatever the machine's load).
 
     python tests/frozen_volume.py ranktable --json
 """
@@ -29,6 +31,7 @@ ROOT = os.environ.get("FROZEN_VOLUME_ROOT", "")
 FLAG = os.environ.get("FROZEN_VOLUME_FLAG", "")
 ERRNO = getattr(errno, os.environ.get("FROZEN_VOLUME_ERRNO", ""), 0) if os.environ.get(
     "FROZEN_VOLUME_ERRNO") else 0
+HIT = os.environ.get("FROZEN_VOLUME_HIT", "")
 
 
 def _on_volume(path: Any) -> bool:
@@ -54,6 +57,8 @@ def _wrap(real: Callable[..., Any]) -> Callable[..., Any]:
     def call(path: Any, *args: Any, **kwargs: Any) -> Any:
         if _on_volume(path):
             while _frozen():
+                if HIT and not _exists(HIT):
+                    _real_close(_real_open(HIT, os.O_CREAT | os.O_WRONLY, 0o644))
                 if ERRNO:
                     raise OSError(ERRNO, os.strerror(ERRNO), os.fsdecode(path))
                 time.sleep(0.05)
@@ -62,6 +67,8 @@ def _wrap(real: Callable[..., Any]) -> Callable[..., Any]:
 
 
 _real_stat = os.stat
+_real_open = os.open
+_real_close = os.close
 
 
 def install() -> None:

@@ -187,8 +187,19 @@ def test_a_freeze_shorter_than_the_time_left_ends_in_a_normal_rendezvous(
 def test_a_soft_mount_outage_is_named_and_retried_then_the_job_completes(
         tmp_path: Path) -> None:
     pods, flag = _frozen_nodes(tmp_path, 2, timeout=60, soft=True)
+    hit = tmp_path / "hit"
+    for pod in pods:
+        pod.env["FROZEN_VOLUME_HIT"] = str(hit)
     flag.touch()
-    _at(3.0, flag.unlink)
+
+    def end_the_outage_once_it_was_met() -> None:  # not at a fixed time: pods start late
+        end = time.monotonic() + 120          # on a loaded machine
+        while not hit.exists() and time.monotonic() < end:
+            time.sleep(0.05)
+        time.sleep(1.0)  # the pods' first retries fail too
+        flag.unlink()
+
+    threading.Thread(target=end_the_outage_once_it_was_met, daemon=True).start()
     results = run(pods)
     assert codes(results) == [0, 0], explain(results)
     assert any("Input/output error" in r.stderr and "retrying" in r.stderr
