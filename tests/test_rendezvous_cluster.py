@@ -301,6 +301,61 @@ def test_recreated_pod_with_changed_data_is_refused_until_the_job_restarts(tmp_p
     assert shared_table(tmp_path)["server_list"][2]["container_ip"] == "10.210.0.99"
 
 
+def test_a_pod_that_comes_back_does_not_take_a_table_a_re_created_peer_outdated(tmp_path):
+    """docs/rendezvous.md "The end of the wait": after a table completed, node 2 is
+    re-created with another pod IP and leaves its new data in its slot; node 1 then comes
+    back (a container restart: same POD_UID, same data) and reads the old verdict. Node 0
+    does not restart, so only node 1's own read of the slots (`_outdated_slots`) can tell
+    that the table's entry for node 2 is dead: node 1 must wait for a new attempt and exit
+    4 at its timeout, not take the old table and exit 0."""
+    from ascend_node.handoff.outputs import ENV_JSON, ENV_SCRIPT, LOCAL_TABLE
+
+    nodes = make_nodes(tmp_path, 3, timeout=SAFETY_NET)
+    first = run(nodes)
+    assert codes(first) == [0, 0, 0], explain(first)
+    aid = attempt_doc(tmp_path)["attempt_id"]
+    old_table = table_of(first[1])
+    attempt = tmp_path / "shared" / ".ascend-node" / "t" / "attempts" / aid
+    outcome = (attempt / "outcome.json").read_bytes()
+
+    # Node 2 re-created with other data: it refuses the table, leaves its new data in its
+    # slot of the same attempt, and (node 0 opening no new attempt) exits 4.
+    recreate(nodes[2], new_ip="10.210.0.99")
+    # (8 s: the first look comes long before it even on a loaded machine)
+    nodes[2].env["ASCEND_NODE_TIMEOUT"] = "8"
+    [k] = run([nodes[2]])
+    assert k.exit_code == 4, explain([k])
+    assert (f"attempt {aid} completed with different data for worker 1 (node 2)"
+            in k.stderr), explain([k])
+    assert "the job must be restarted" in k.stderr
+    assert "10.210.0.99" in (attempt / "node-2.json").read_text()
+
+    # Node 1 comes back unchanged. What its first run wrote is left as it was, so that
+    # this start is seen to write none of it again.
+    node_dir = nodes[1].state_dir.parent
+    outputs = [nodes[1].state_dir / name for name in (LOCAL_TABLE, ENV_SCRIPT, ENV_JSON)]
+    outputs += [node_dir / "master", node_dir / "world_size"]
+    before = {p: (p.stat().st_ino, p.stat().st_mtime_ns) for p in outputs}
+    nodes[1].env["ASCEND_NODE_TIMEOUT"] = "8"
+    [j] = run([nodes[1]])
+    assert j.exit_code == 4, explain([j])
+    lines = [line for line in j.stderr.splitlines() if "ascend-node: error:" in line]
+    assert len(lines) == 1, explain([j])
+    assert (f"timed out after 8 s: attempt {aid}'s table no longer matches worker 1 "
+            "(node 2) (re-created with new data); waiting for node 0 to open a new "
+            "attempt, and no new attempt opened") in lines[0], explain([j])
+    assert ("  hint: the job must be restarted (all pods) to build a new rank table"
+            in j.stderr.splitlines()), explain([j])
+    assert "rank table ready" not in j.stderr
+    assert {p: (p.stat().st_ino, p.stat().st_mtime_ns) for p in outputs} == before
+    assert table_of(j) == old_table
+    status = json.loads((nodes[1].state_dir / "status.json").read_text())
+    assert status["state"] == "failed", status
+    # Nothing on the volume changed the old verdict: it is still there for node 0 to see.
+    assert attempt_doc(tmp_path)["attempt_id"] == aid
+    assert (attempt / "outcome.json").read_bytes() == outcome
+
+
 def test_sigterm_while_waiting_exits_143_and_leaves_no_partial_file(tmp_path):
     import signal
     import subprocess
