@@ -460,8 +460,11 @@ def simulate_pd(spec: PdSpec, shared_dir: Optional[Path] = None, keep: Optional[
     """`run_pd_service` in a new workspace, removed afterwards unless `keep` (None: kept
     when something failed)."""
     work = Path(tempfile.mkdtemp(prefix="ascend-node-sim-pd-"))
-    say(f"simulate: starting a PD service ({spec.prefill} P x {spec.prefill_pods} pods, "
-        f"{spec.decode} D x {spec.decode_pods} pods, {spec.devices} NPUs each, a "
+    def pods(n: int) -> str:
+        return f"{n} pod{'s' if n != 1 else ''}"
+
+    say(f"simulate: starting a PD service ({spec.prefill} P x {pods(spec.prefill_pods)}, "
+        f"{spec.decode} D x {pods(spec.decode_pods)}, {spec.devices} NPUs each, a "
         f"coordinator, a controller) in {work}")
     report = in_workspace(work, keep, "pod",
                           lambda: run_pd_service(spec, shared_dir, work, say))
