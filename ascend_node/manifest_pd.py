@@ -96,8 +96,20 @@ class PdShape:
 
     prefill: int = 1
     decode: int = 1
-    prefill_pods: int = 1
+    # Pods per instance by default as simulate --pd runs them: different sizes, because with
+    # every instance centralized the controller tells P from D by node_machine_num alone.
+    prefill_pods: int = 2
     decode_pods: int = 1
+
+    def roles_note(self) -> Optional[str]:
+        """A warning when nothing tells the controller which instances prefill (equal pods
+        per P and per D instance: its role manager then picks), else None."""
+        if self.prefill_pods != self.decode_pods:
+            return None
+        return (f"prefill and decode instances both have {self.prefill_pods} pod(s): the "
+                "controller cannot tell them apart by node_machine_num and its role manager "
+                "picks each instance's role (docs/pd.md); give them different --prefill-pods "
+                "and --decode-pods to fix the roles")
 
     def tasks(self) -> list[tuple[str, int]]:
         """(task, replicas) of the instance tasks, prefill first: the global table's order."""

@@ -49,7 +49,7 @@ K8S_VERSIONS = ("1.29", kubernetes_validate.latest_version())
 # The shapes: the proof's, the A2 and A3 DeepSeek samples (docs/pd.md), and small ones.
 SHAPES = {
     "1p2-1d1": (PdShape(1, 1, 2, 1), {}),
-    "1p1-1d1": (PdShape(), {}),
+    "1p1-1d1": (PdShape(prefill_pods=1, decode_pods=1), {}),
     "a2-deepseek": (PdShape(1, 1, 2, 8), {}),
     "a3-deepseek": (PdShape(4, 1, 1, 4), {"a3": True, "npus_per_node": 16}),
     "3p-2d-keyed-user": (PdShape(3, 2, 1, 2), {"rendezvous_key_secret": "pd-key",
@@ -372,6 +372,29 @@ def test_meaningless_options_are_refused(argv: list[str], says: str) -> None:
 def test_shape_options_are_refused_for_other_kinds(flag: str) -> None:
     done = cli_runner().invoke(app_(), ["manifest", "--kind", "mindie", flag, "2"])
     assert done.exit_code == 2 and f"{flag} is for --kind mindie-pd" in done.output
+
+
+def test_the_default_shape_is_one_the_controller_can_tell_apart() -> None:
+    """The defaults are simulate --pd's (1 P of 2 pods, 1 D of 1): with every instance
+    centralized the controller tells P from D by node_machine_num, so equal sizes would
+    leave the roles to its role manager."""
+    assert PdShape() == PdShape(1, 1, 2, 1)
+    assert PdShape().roles_note() is None
+    done = cli_runner().invoke(app_(), ["manifest", "--kind", "mindie-pd"])
+    assert done.exit_code == 0
+    assert "warning" not in done.stderr
+    assert done.stdout.startswith("# PD service rendered by ascend-node: 1 prefill x 2 pod(s), "
+                                  "1 decode x 1 pod(s)")
+
+
+def test_equal_pods_per_p_and_d_instance_render_with_a_warning() -> None:
+    done = cli_runner().invoke(app_(), ["manifest", "--kind", "mindie-pd",
+                                        "--prefill-pods", "3", "--decode-pods", "3"])
+    assert done.exit_code == 0
+    warnings = [x for x in done.stderr.splitlines() if x.startswith("ascend-node: warning:")]
+    assert len(warnings) == 1 and "both have 3 pod(s)" in warnings[0], done.stderr
+    assert "--prefill-pods and --decode-pods" in warnings[0]
+    assert done.stdout.startswith("# PD service rendered by ascend-node")
 
 
 def test_the_command_prints_what_the_renderer_renders() -> None:

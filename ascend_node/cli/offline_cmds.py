@@ -5,6 +5,7 @@ No `from __future__ import annotations` here (see `app`).
 
 import json
 import signal
+import sys
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
@@ -166,7 +167,7 @@ def manifest(
     decode: Annotated[Optional[int], typer.Option(
         "--decode", help="mindie-pd: decode instances (1)", show_default=False)] = None,
     prefill_pods: Annotated[Optional[int], typer.Option(
-        "--prefill-pods", help="mindie-pd: pods per prefill instance (1)",
+        "--prefill-pods", help="mindie-pd: pods per prefill instance (2)",
         show_default=False)] = None,
     decode_pods: Annotated[Optional[int], typer.Option(
         "--decode-pods", help="mindie-pd: pods per decode instance (1)",
@@ -278,8 +279,13 @@ def manifest(
         if pd:
             from ascend_node.manifest_pd import PdShape, check_shape
 
-            shape = PdShape(*(1 if v is None else v for v in shape_flags.values()))
+            shape = PdShape(**{k: v for k, v in zip(
+                ("prefill", "decode", "prefill_pods", "decode_pods"), shape_flags.values())
+                if v is not None})
             check_shape(shape, name)  # before the instance's size reaches ManifestParams
+            note = shape.roles_note()
+            if note is not None:
+                print(f"ascend-node: warning: {note}", file=sys.stderr)
         params = ManifestParams(
             kind="mindie" if pd else kind,  # type: ignore[arg-type]
             name=name, nodes=(max(shape.prefill_pods, shape.decode_pods) if pd
