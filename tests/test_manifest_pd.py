@@ -363,15 +363,15 @@ def test_a_task_restart_gives_the_instance_a_fresh_attempt() -> None:
 ])
 def test_meaningless_options_are_refused(argv: list[str], says: str) -> None:
     done = cli_runner().invoke(app_(), ["manifest", "--kind", "mindie-pd", *argv])
-    assert done.exit_code == 2, done.output
-    lines = [x for x in done.output.splitlines() if x.startswith("ascend-node: error:")]
-    assert len(lines) == 1 and says in lines[0], done.output
+    assert done.exit_code == 2, done.stderr
+    lines = [x for x in done.stderr.splitlines() if x.startswith("ascend-node: error:")]
+    assert len(lines) == 1 and says in lines[0], done.stderr
 
 
 @pytest.mark.parametrize("flag", ["--prefill", "--decode", "--prefill-pods", "--decode-pods"])
 def test_shape_options_are_refused_for_other_kinds(flag: str) -> None:
     done = cli_runner().invoke(app_(), ["manifest", "--kind", "mindie", flag, "2"])
-    assert done.exit_code == 2 and f"{flag} is for --kind mindie-pd" in done.output
+    assert done.exit_code == 2 and f"{flag} is for --kind mindie-pd" in done.stderr
 
 
 def test_the_default_shape_is_one_the_controller_can_tell_apart() -> None:
@@ -402,9 +402,9 @@ def test_the_command_prints_what_the_renderer_renders() -> None:
                                         "--image", "registry.example.com/mindie:2.1",
                                         "--pvc", "shared", "--run-id", "svc-1",
                                         "--prefill-pods", "2", "--json"])
-    assert done.exit_code == 0, done.output
+    assert done.exit_code == 0, done.stdout
     shape, p = shape_and_params("1p2-1d1")
-    assert json.loads(done.output)["items"] == [render_pd_configmap(p, shape),
+    assert json.loads(done.stdout)["items"] == [render_pd_configmap(p, shape),
                                                render_pd_job(p, shape)]
 
 
