@@ -285,7 +285,7 @@ def manifest(
             check_shape(shape, name)  # before the instance's size reaches ManifestParams
             note = shape.roles_note()
             if note is not None:
-                print(f"ascend-node: warning: {note}", file=sys.stderr)
+                print(f"ascend-node: warning: {note}", file=sys.stderr, flush=True)
         params = ManifestParams(
             kind="mindie" if pd else kind,  # type: ignore[arg-type]
             name=name, nodes=(max(shape.prefill_pods, shape.decode_pods) if pd
