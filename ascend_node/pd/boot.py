@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import stat
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -20,6 +19,7 @@ from ascend_node.atomic import atomic_write_bytes
 from ascend_node.discover.identity import read_pod_ip
 from ascend_node.errors import ConfigError, PeerTimeout
 from ascend_node.handoff.exec import exec_command
+from ascend_node.pd.files import file_rule_problems
 from ascend_node.pd.handover import (
     Refusal,
     controller_env,
@@ -93,15 +93,12 @@ def readable_copy(path: Path, state_dir: Path) -> Path:
     file is a symlink into `..data/`, mode 0644 and root's: refused on all three counts,
     which is why MindIE-Motor's own boot.sh copies its configuration into `conf/` first.
     The copy is taken after the checks, from the same bytes."""
-    why = check_table_path(str(path))
     try:
-        info = os.lstat(path)
         data = path.read_bytes()
     except OSError as exc:
         raise ConfigError(f"cannot read {path}: {exc.strerror}",
                           "mount the MindIE-Motor configuration into the pod") from exc
-    if (why is None and not stat.S_ISLNK(info.st_mode) and stat.S_ISREG(info.st_mode)
-            and not stat.S_IMODE(info.st_mode) & ~CONFIG_MODE and info.st_uid == os.geteuid()):
+    if file_rule_problems(path, os.geteuid()) == ([], True):
         return path
     copy = state_dir / "motor" / path.name
     why = check_table_path(str(copy))

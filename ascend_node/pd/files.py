@@ -43,42 +43,47 @@ def write_global_table(path: Path, doc: Mapping[str, Any],
 
 def validate_global_file(path: Path, flags: Optional[InstanceFlags] = None,
                          check_owner_uid: Optional[int] = None) -> list[Problem]:
-    """The controller's file rules (path "file"), then its table rules; never raises.
-
-    File rules: the path check, the last component not a symlink, a regular file of at most
-    101 MiB, mode 0640 or stricter (the controller's default; `MINDIE_CHECK_INPUTFILES_
-    PERMISSION=0` relaxes it, which we do not assume), owned by `check_owner_uid` when given.
-    """
-    problems: list[Problem] = []
-
-    def add(message: str) -> None:
-        problems.append(Problem("file", message))
-
-    why = check_table_path(str(path))
-    if why is not None:
-        add(why)
-    try:
-        info = os.lstat(path)
-    except OSError as exc:
-        add(f"cannot read {path}: {exc.strerror}")
+    """The controller's file rules (path "file"), then its table rules; never raises."""
+    messages, readable = file_rule_problems(path, check_owner_uid)
+    problems = [Problem("file", message) for message in messages]
+    if not readable:
         return problems
-    if stat.S_ISLNK(info.st_mode):
-        add(f"{path} is a symlink: the controller opens it with O_NOFOLLOW and refuses it")
-        return problems
-    if not stat.S_ISREG(info.st_mode):
-        add(f"{path} is not a regular file")
-        return problems
-    if info.st_size > MAX_FILE_SIZE:
-        add(f"{path} is {info.st_size} bytes; the controller reads at most {MAX_FILE_SIZE}")
-        return problems
-    if stat.S_IMODE(info.st_mode) & ~MODE:
-        add(f"mode {stat.S_IMODE(info.st_mode):04o} is wider than 0640: the controller refuses "
-            "it (chmod 640)")
-    if check_owner_uid is not None and info.st_uid != check_owner_uid:
-        add(f"owned by uid {info.st_uid}, not {check_owner_uid} (the controller's uid)")
     try:
         doc = json.loads(Path(path).read_bytes().decode("utf-8"))
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         problems.append(Problem("$", f"not JSON the controller can parse: {exc}"))
         return problems
     return problems + check_global_table(doc, flags)
+
+
+def file_rule_problems(path: Path, check_owner_uid: Optional[int] = None
+                       ) -> tuple[list[str], bool]:
+    """What MindIE-Motor's file check (Util.cpp 170-280, for the table and its own
+    configuration alike) refuses in `path`, and whether its content can still be judged.
+
+    The path check, the last component not a symlink, a regular file of at most 101 MiB,
+    mode 0640 or stricter (the controller's default; `MINDIE_CHECK_INPUTFILES_PERMISSION=0`
+    relaxes it, which we do not assume), owned by `check_owner_uid` when given."""
+    problems: list[str] = []
+    why = check_table_path(str(path))
+    if why is not None:
+        problems.append(why)
+    try:
+        info = os.lstat(path)
+    except OSError as exc:
+        return [*problems, f"cannot read {path}: {exc.strerror}"], False
+    if stat.S_ISLNK(info.st_mode):
+        return [*problems, f"{path} is a symlink: the controller opens it with "
+                           "O_NOFOLLOW and refuses it"], False
+    if not stat.S_ISREG(info.st_mode):
+        return [*problems, f"{path} is not a regular file"], False
+    if info.st_size > MAX_FILE_SIZE:
+        return [*problems, f"{path} is {info.st_size} bytes; the controller reads at "
+                           f"most {MAX_FILE_SIZE}"], False
+    if stat.S_IMODE(info.st_mode) & ~MODE:
+        problems.append(f"mode {stat.S_IMODE(info.st_mode):04o} is wider than 0640: the "
+                        "controller refuses it (chmod 640)")
+    if check_owner_uid is not None and info.st_uid != check_owner_uid:
+        problems.append(f"owned by uid {info.st_uid}, not {check_owner_uid} (the "
+                        "controller's uid)")
+    return problems, True
