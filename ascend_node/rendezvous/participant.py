@@ -233,14 +233,20 @@ class Participant:
         return {i: self._slot_state(attempt_id, i) for i in indices}
 
     def _outdated_slots(self, attempt_id: str, outcome: OutcomeDoc,
-                        states: Optional[dict[int, decide.SlotState]] = None) -> list[int]:
+                        states: Optional[dict[int, decide.SlotState]] = None,
+                        among: Optional[Sequence[int]] = None) -> list[int]:
         """Peers whose slot now holds other data than the table: re-created pods asking
-        for a new table. O(N) reads, so callers do it once per attempt, not per poll.
-        `states`: slots already read (the rest are read here and added to it)."""
+        for a new table. `among`: the only peers to check (a follower's: the slots
+        changed since the verdict and its sample); None: every one, O(N) reads, so
+        callers do it once per attempt, not per poll. `states`: slots already read (the
+        rest are read here and added to it)."""
         states = {} if states is None else states
+        wanted = None if among is None else set(among)
         out = []
         for record in outcome.members:
             if record.global_index in (0, self.index):
+                continue
+            if wanted is not None and record.global_index not in wanted:
                 continue
             if record.global_index not in states:
                 states[record.global_index] = self._slot_state(attempt_id, record.global_index)
