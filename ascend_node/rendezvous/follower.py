@@ -150,10 +150,10 @@ class Follower(Participant):
                     # slot as read before this pod published are read once, checked for
                     # new data, and what the table is cross-checked with.
                     reads = self._cross_check_reads(attempt.attempt_id, node0_seen)
-                    changed = self._changed_since_verdict(attempt.attempt_id, action.outcome)
+                    since = self._changed_since_verdict(attempt.attempt_id, action.outcome)
                     acceptance_reads[attempt.attempt_id] = reads
                     outdated_checked[attempt.attempt_id] = self._outdated_slots(
-                        attempt.attempt_id, action.outcome, reads, [*reads, *changed])
+                        attempt.attempt_id, action.outcome, reads, [*reads, *since])
                 outdated = outdated_checked[attempt.attempt_id]
                 if not outdated:
                     return self._accept(action.outcome, acceptance_reads[attempt.attempt_id])
