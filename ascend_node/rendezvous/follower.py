@@ -256,9 +256,10 @@ class Follower(Participant):
         """The table's nodes whose slot changed since node 0 read it, from one listing
         of the attempt directory (READDIRPLUS on NFS: many entries per RPC, where a slot
         read costs 3-4). Where listings cannot be trusted (FUSE: `attributes_current`)
-        every node, as when the outcome records no stamps."""
+        every node, as when the outcome records no stamps (then nothing is listed)."""
         listed: Optional[dict[int, tuple[int, int, int]]] = None
-        if self.fresh.attributes_current:
+        stamped = any(record.slot_stamp is not None for record in outcome.members)
+        if stamped and self.fresh.attributes_current:
             directory = self.fresh.file(self.paths.slot(attempt_id, 0)).parent
             files = list_files(directory)
             if files is not None:
