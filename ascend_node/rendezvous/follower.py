@@ -4,6 +4,9 @@ Cost of a full look: one directory open for the run directory (attempt.json) and
 the attempt directory (outcome, own slot), then those three known files; nothing grows
 with the cluster (tests/test_poll_cost.py). Once calm (`cadence`), most polls are only a
 glance: one open of the run directory, which node 0 changes whenever a follower must look.
+Accepting a table, once: one listing of the attempt directory and the reads of the slots
+changed since node 0 recorded them plus the cross-check sample — not every slot
+(docs/rendezvous.md, "The end of the wait").
 """
 
 from __future__ import annotations
