@@ -285,3 +285,61 @@ def test_node0_records_each_slots_stamp_and_a_key_signs_them(tmp_path, key) -> N
     path.write_text(text.replace(f"[{stamp[0]},", f"[{stamp[0] + 1},", 1))
     got = read_doc(path, OutcomeDoc, RUN, key)
     assert isinstance(got, Invalid) and got.auth is not None and got.auth.kind == "forged"
+
+
+# ------------------------------------------------------------------ a follower's timeout
+
+
+def _waiting(tmp_path: Path, absent: Sequence[int]) -> RunPaths:
+    """An open attempt without a verdict: every slot published but `absent`."""
+    paths = RunPaths(tmp_path, RUN)
+    write_doc(paths.attempt_file, AttemptDoc(run_id=RUN, attempt_id="a1", opened_by="uid-0",
+                                             node_count=NODES, master_count=1), tmp_path)
+    for i in range(NODES):
+        if i not in absent:
+            create_doc(paths.slot("a1", i), member(i, nodes=NODES), tmp_path)
+    return paths
+
+
+def _timeout_opens(paths: RunPaths, monkeypatch) -> tuple[str, list[str]]:
+    opened: list[str] = []
+    real_open = os.open
+
+    def recording_open(path, flags, *args, **kwargs):
+        fd = real_open(path, flags, *args, **kwargs)
+        if not stat.S_ISDIR(os.fstat(fd).st_mode) and not flags & (os.O_WRONLY | os.O_CREAT):
+            opened.append(Path(path).name)
+        return fd
+
+    monkeypatch.setattr(os, "open", recording_open)
+    try:
+        with pytest.raises(PeerTimeout) as caught:
+            come_back(paths).run()
+    finally:
+        monkeypatch.setattr(os, "open", real_open)
+    return caught.value.cause, opened
+
+
+def test_a_timeout_names_the_absent_slots_from_one_listing(tmp_path, monkeypatch) -> None:
+    """Pods of a job time out together: naming the missing nodes must not read every
+    slot in each of them. Only its own slot is read (every poll), no other."""
+    paths = _waiting(tmp_path, absent=(3, 10))
+    cause, opened = _timeout_opens(paths, monkeypatch)
+    assert "2 of 12 missing: worker 2 (node 3), worker 9 (node 10)" in cause
+    assert {n for n in opened if n.startswith("node-")} == {f"node-{ME}.json"}
+
+
+@pytest.mark.parametrize("fuse", [False, True], ids=["every slot there", "FUSE"])
+def test_a_timeout_reads_every_slot_when_a_listing_cannot_tell(tmp_path, monkeypatch, fuse
+                                                               ) -> None:
+    """Every slot there (node 0's verdict, or a slot's content, is what is missing), or
+    a listing that cannot be trusted: every slot is read, as before."""
+    paths = _waiting(tmp_path, absent=(3,) if fuse else ())
+    if fuse:
+        monkeypatch.setattr(freshness, "attributes_are_current", lambda *a, **k: False)
+    else:
+        paths.slot("a1", 3).write_text("{not json")
+    cause, opened = _timeout_opens(paths, monkeypatch)
+    assert "1 of 12 missing: worker 2 (node 3)" in cause
+    assert {n for n in opened if n.startswith("node-")} == {
+        f"node-{i}.json" for i in range(NODES) if not (fuse and i == 3)}

@@ -20,7 +20,7 @@ from ascend_node.discover.identity import NodeIdentity, node_name
 from ascend_node.errors import ClusterInconsistent, PeerTimeout
 from ascend_node.ranktable import DeviceEntry, ServerEntry
 from ascend_node.rendezvous import decide
-from ascend_node.rendezvous.freshness import Freshness
+from ascend_node.rendezvous.freshness import Freshness, list_files
 from ascend_node.rendezvous.models import (
     AttemptDoc,
     FailureDoc,
@@ -256,8 +256,20 @@ class Participant:
         return out
 
     def _missing_now(self, attempt_id: str) -> list[int]:
-        """Nodes without a valid member document in the attempt, read afresh (O(N))."""
+        """Nodes without a valid member document in the attempt, afresh. From one listing
+        when it can be trusted and shows slots absent: those are the missing nodes, and no
+        slot is opened (pods of a job time out together: N reads each would be a burst of
+        N^2). Otherwise — every slot there (then node 0's verdict, or an unusable slot,
+        is what is missing), or FUSE — every slot is read (O(N))."""
         self.fresh.new_poll()
+        if self.fresh.attributes_current:
+            directory = self.fresh.file(self.paths.slot(attempt_id, 0)).parent
+            files = list_files(directory)
+            if files is not None:
+                absent = [index for index in range(self.identity.node_count)
+                          if self.paths.slot(attempt_id, index).name not in files]
+                if absent:
+                    return absent
         return [index for index in range(self.identity.node_count)
                 if not isinstance(self._slot_state(attempt_id, index), MemberDoc)]
 
