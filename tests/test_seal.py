@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import random
 import stat
 import time
 from pathlib import Path
@@ -15,7 +16,7 @@ import pytest
 from ascend_node.discover.identity import NodeIdentity
 from ascend_node.errors import ConfigError
 from ascend_node.ranktable import build_rank_table, render_rank_table
-from ascend_node.rendezvous import decide
+from ascend_node.rendezvous import decide, freshness
 from ascend_node.rendezvous.models import AttemptDoc, MemberDoc, OutcomeDoc, TableRecord
 from ascend_node.rendezvous.participant import to_server
 from ascend_node.rendezvous.protocol import Rendezvous
@@ -153,7 +154,8 @@ def test_a_torn_signed_file_is_named_as_torn_not_as_forged(tmp_path: Path) -> No
 # ---------------------------------------------------------------------- cross-checks
 
 
-def _outcome(members: list[MemberDoc], edit=None) -> OutcomeDoc:
+def _outcome(members: list[MemberDoc], edit=None,
+             stamps: dict[int, tuple[int, int, int]] | None = None) -> OutcomeDoc:
     table = build_rank_table([to_server(m.data) for m in members])
     if edit is not None:
         edit(table)
@@ -162,7 +164,10 @@ def _outcome(members: list[MemberDoc], edit=None) -> OutcomeDoc:
     return OutcomeDoc(run_id=RUN, attempt_id="a1", result="table",
                       members=tuple(TableRecord(global_index=m.data.global_index,
                                                 incarnation=m.incarnation,
-                                                digest=m.data.digest()) for m in members),
+                                                digest=m.data.digest(),
+                                                slot_stamp=(stamps or {}).get(
+                                                    m.data.global_index))
+                                    for m in members),
                       ranktable_text=text,
                       ranktable_sha256=hashlib.sha256(text.encode()).hexdigest())
 
@@ -227,12 +232,15 @@ def test_cross_check_sample_is_everyone_when_small_and_bounded_when_large() -> N
 # ---------------------------------------------------------------------- what it costs
 
 
-def test_acceptance_reads_each_slot_once_and_nothing_more_per_poll(tmp_path, monkeypatch
-                                                                   ) -> None:
-    """The follower's extra reads for the cross-check happen once: node 0's slot before
-    publishing, the sampled slots at acceptance (the re-created-peer check reads the
-    same ones); polls before the verdict read no slot but its own."""
-    nodes = 12
+@pytest.mark.parametrize("changed", [0, 2], ids=["nothing changed", "2 slots changed"])
+@pytest.mark.parametrize("nodes", [12, 64])
+def test_acceptance_reads_each_slot_once_and_nothing_more_per_poll(tmp_path, monkeypatch,
+                                                                   nodes, changed) -> None:
+    """The follower's extra reads happen once, and do not grow with N: node 0's slot
+    before publishing; at acceptance one listing of the attempt directory, then its
+    cross-check sample and the slots whose stamp changed since node 0 recorded it
+    (docs/rendezvous.md, "The end of the wait"); polls before the verdict read no slot
+    but its own. Opens of other members' slots = the sample (7) + the changed slots."""
     paths = RunPaths(tmp_path, RUN)
     write_doc(paths.attempt_file, AttemptDoc(run_id=RUN, attempt_id="a1", opened_by="uid-0",
                                              node_count=nodes, master_count=1), tmp_path)
@@ -240,6 +248,8 @@ def test_acceptance_reads_each_slot_once_and_nothing_more_per_poll(tmp_path, mon
     for m in members[:-1]:
         if m.data.global_index != 5:
             create_doc(paths.slot("a1", m.data.global_index), m, tmp_path)
+    # Outside node 5's sample (0, 6, 7 and the picks 1-4 below): only the listing names them.
+    replaced = [nodes - 2 - k for k in range(changed)]
     opened: list[str] = []
     real_open = os.open
 
@@ -256,16 +266,25 @@ def test_acceptance_reads_each_slot_once_and_nothing_more_per_poll(tmp_path, mon
         polls += 1
         if polls == 3:  # the last node arrives and node 0 writes the verdict
             create_doc(paths.slot("a1", nodes - 1), members[-1], tmp_path)
-            write_doc(paths.outcome("a1"), _outcome(members), tmp_path)
+            listed = freshness.list_files(paths.attempt_dir("a1")) or {}
+            write_doc(paths.outcome("a1"), _outcome(
+                members, stamps={i: listed[f"node-{i}.json"] for i in range(nodes)}),
+                tmp_path)
+            for index in replaced:  # a peer's container restart: the same data, anew
+                write_doc(paths.slot("a1", index), members[index], tmp_path)
 
+    picks = iter(range(1, 100))
+    monkeypatch.setattr(random, "randint", lambda a, b: next(picks))
     ident = NodeIdentity("worker", 4, 1, nodes - 1, data(5).pod_ip, data(5).host_ip, "uid-5")
     monkeypatch.setattr(os, "open", recording_open)
     outcome = Rendezvous(paths, ident, data(5), deadline=time.monotonic() + 60, timeout=60,
                          progress_interval=1e9, sleep=sleep).run()
-    monkeypatch.undo()
+    monkeypatch.setattr(os, "open", real_open)
     assert outcome.result == "table"
     slot_reads = [n for n in opened if n.startswith("node-")]
     others = [n for n in slot_reads if n != "node-5.json"]
-    assert sorted(others) == sorted(f"node-{i}.json" for i in range(nodes) if i != 5), others
+    sample = [0, 6, 7, 1, 2, 3, 4]
+    assert sorted(others) == sorted(f"node-{i}.json" for i in sample + replaced), others
+    assert len(others) == 7 + changed
     assert others.count("node-0.json") == 1  # read before publishing, reused at acceptance
     assert opened.count("outcome.json") == 1

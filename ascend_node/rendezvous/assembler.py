@@ -136,7 +136,11 @@ class Assembler(Participant):
                                       self.judge)
             if isinstance(verdict, decide.Complete):
                 if settled == verdict.members:
-                    return self._complete(attempt_id, verdict.members, verdict.warnings)
+                    # The stamps of the listing the settle pass read every slot after:
+                    # recorded in the outcome, they let a follower list once and read
+                    # only what changed since (`decide.changed_since_verdict`).
+                    return self._complete(attempt_id, verdict.members, verdict.warnings,
+                                          {index: hit[0] for index, hit in cache.items()})
                 # Everyone is present: read every slot once more, afresh, and complete
                 # only if nothing changed. Afresh, because some filesystems (sshfs) keep
                 # the inode on replace and stamp mtimes to the second, which the slot
@@ -364,7 +368,12 @@ class Assembler(Participant):
         nudge(self.paths.root)  # followers glancing at the run directory: look now
 
     def _complete(self, attempt_id: str, members: Sequence[MemberDoc],
-                  warnings: Sequence[str] = ()) -> OutcomeDoc:
+                  warnings: Sequence[str] = (),
+                  stamps: Optional[dict[int, tuple[int, int, int]]] = None) -> OutcomeDoc:
+        """Write the table built from `members`; `stamps` (global index -> the (inode,
+        size, mtime_ns) each slot had in the listing it was read after) go into the
+        records, signed with the rest of the outcome when the job has a key."""
+        stamps = {} if stamps is None else stamps
         mine = members[0]
         if (mine.incarnation != self.identity.incarnation
                 or mine.data.digest() != self.data.digest()):
@@ -374,7 +383,8 @@ class Assembler(Participant):
         outcome = OutcomeDoc(
             run_id=self.paths.run_id, attempt_id=attempt_id, result="table",
             members=tuple(TableRecord(global_index=m.data.global_index,
-                                      incarnation=m.incarnation, digest=m.data.digest())
+                                      incarnation=m.incarnation, digest=m.data.digest(),
+                                      slot_stamp=stamps.get(m.data.global_index))
                           for m in members),
             ranktable_text=text,
             ranktable_sha256=hashlib.sha256(text.encode()).hexdigest(),

@@ -32,6 +32,7 @@ from ascend_node.rendezvous.models import (
     MemberData,
     MemberDoc,
     OutcomeDoc,
+    TableRecord,
 )
 
 SlotState = Union[None, str, MemberDoc, FailureDoc, ConflictDoc]
@@ -489,6 +490,28 @@ def entry_problem(table: Any, data: MemberData, master_count: int) -> Optional[s
         return (f"the table's entry for {name} does not hold its container IP, server id "
                 "and devices")
     return None
+
+
+# ------------------------------------------------------------------- the end of the wait
+
+
+def changed_since_verdict(records: Sequence[TableRecord],
+                          listed: Optional[Mapping[int, tuple[int, int, int]]]) -> list[int]:
+    """The table's nodes whose slot may hold other data than node 0 built the table from:
+    those whose slot file, in one listing taken after the verdict was read (global index
+    -> (inode, size, mtime_ns); None: no listing that can be trusted, as on FUSE), is gone
+    or has another stamp than the record's `slot_stamp` — and every node whose record has
+    no stamp (an outcome written before stamps existed). A follower reads only these
+    slots (plus its cross-check sample) to find a re-created peer, not all N.
+
+    Why a stamp that matches means the slot was not rewritten: every write of a slot
+    makes a new inode (a temp file renamed over it, or hard-linked into place), and a
+    write in place changes its size or mtime. Slots listed without a record (not in the
+    table) are not named: they are no member of this table."""
+    if listed is None:
+        return [record.global_index for record in records]
+    return [record.global_index for record in records
+            if record.slot_stamp is None or listed.get(record.global_index) != record.slot_stamp]
 
 
 # ----------------------------------------------------------------------- forged outcomes

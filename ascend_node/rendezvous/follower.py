@@ -4,6 +4,9 @@ Cost of a full look: one directory open for the run directory (attempt.json) and
 the attempt directory (outcome, own slot), then those three known files; nothing grows
 with the cluster (tests/test_poll_cost.py). Once calm (`cadence`), most polls are only a
 glance: one open of the run directory, which node 0 changes whenever a follower must look.
+Accepting a table, once: one listing of the attempt directory and the reads of the slots
+changed since node 0 recorded them plus the cross-check sample — not every slot
+(docs/rendezvous.md, "The end of the wait").
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from typing import Optional
 
 from ascend_node.errors import ClusterInconsistent, PeerTimeout, SharedVolumeError
 from ascend_node.rendezvous import cadence, decide
+from ascend_node.rendezvous.freshness import list_files
 from ascend_node.rendezvous.models import (
     AttemptDoc,
     ConflictDoc,
@@ -142,15 +146,17 @@ class Follower(Participant):
                     continue
             if isinstance(action, decide.Done) and attempt is not None:
                 if attempt.attempt_id not in outdated_checked:
-                    # Once per attempt (O(N), not per poll): has a peer been re-created
-                    # with new data? Then this table is about to be replaced. The same
-                    # reads (plus the sample `decide.cross_check_sample` asks for, and
-                    # node 0's slot as read before this pod published) are what the
-                    # table is cross-checked with.
+                    # Once per attempt: has a peer been re-created with new data? Then
+                    # this table is about to be replaced. One listing names the slots
+                    # changed since node 0 read them (`decide.changed_since_verdict`);
+                    # those, the sample `decide.cross_check_sample` asks for and node 0's
+                    # slot as read before this pod published are read once, checked for
+                    # new data, and what the table is cross-checked with.
                     reads = self._cross_check_reads(attempt.attempt_id, node0_seen)
+                    since = self._changed_since_verdict(attempt.attempt_id, action.outcome)
                     acceptance_reads[attempt.attempt_id] = reads
                     outdated_checked[attempt.attempt_id] = self._outdated_slots(
-                        attempt.attempt_id, action.outcome, reads)
+                        attempt.attempt_id, action.outcome, reads, [*reads, *since])
                 outdated = outdated_checked[attempt.attempt_id]
                 if not outdated:
                     return self._accept(action.outcome, acceptance_reads[attempt.attempt_id])
@@ -248,6 +254,23 @@ class Follower(Participant):
         with contextlib.suppress(SharedVolumeError, OSError, ClusterInconsistent):
             create_doc(self.paths.slot(aid, self.index), self._member_doc(aid),
                        self.paths.shared_dir, key=self.key)
+
+    def _changed_since_verdict(self, attempt_id: str, outcome: OutcomeDoc) -> list[int]:
+        """The table's nodes whose slot changed since node 0 read it, from one listing
+        of the attempt directory (READDIRPLUS on NFS: many entries per RPC, where a slot
+        read costs 3-4). Where listings cannot be trusted (FUSE: `attributes_current`)
+        every node, as when the outcome records no stamps (then nothing is listed)."""
+        listed: Optional[dict[int, tuple[int, int, int]]] = None
+        stamped = any(record.slot_stamp is not None for record in outcome.members)
+        if stamped and self.fresh.attributes_current:
+            directory = self.fresh.file(self.paths.slot(attempt_id, 0)).parent
+            files = list_files(directory)
+            if files is not None:
+                names = {self.paths.slot(attempt_id, record.global_index).name:
+                         record.global_index for record in outcome.members}
+                listed = {names[name]: stamp for name, stamp in files.items()
+                          if name in names}
+        return decide.changed_since_verdict(outcome.members, listed)
 
     def _cross_check_reads(self, attempt_id: str, node0_seen: dict[str, decide.SlotState]
                            ) -> dict[int, decide.SlotState]:

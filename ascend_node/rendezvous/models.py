@@ -107,6 +107,12 @@ class TableRecord(BaseModel):
     global_index: int = Field(ge=0)
     incarnation: str = Field(pattern=_ID)
     digest: str = Field(pattern=r"^[0-9a-f]{64}$")
+    slot_stamp: Optional[tuple[int, int, int]] = None
+    """(inode, size, mtime_ns) of the slot file node 0 built this entry from, as its last
+    listing of the attempt directory showed it: a follower accepting the table lists the
+    directory once and reads only the slots whose stamp differs or that are gone
+    (`decide.changed_since_verdict`), instead of every slot. None in outcomes written
+    before the field existed: those slots are all read, as then."""
 
 
 class OutcomeDoc(_Doc):

@@ -20,7 +20,7 @@ from ascend_node.discover.identity import NodeIdentity, node_name
 from ascend_node.errors import ClusterInconsistent, PeerTimeout
 from ascend_node.ranktable import DeviceEntry, ServerEntry
 from ascend_node.rendezvous import decide
-from ascend_node.rendezvous.freshness import Freshness
+from ascend_node.rendezvous.freshness import Freshness, list_files
 from ascend_node.rendezvous.models import (
     AttemptDoc,
     FailureDoc,
@@ -233,14 +233,20 @@ class Participant:
         return {i: self._slot_state(attempt_id, i) for i in indices}
 
     def _outdated_slots(self, attempt_id: str, outcome: OutcomeDoc,
-                        states: Optional[dict[int, decide.SlotState]] = None) -> list[int]:
+                        states: Optional[dict[int, decide.SlotState]] = None,
+                        among: Optional[Sequence[int]] = None) -> list[int]:
         """Peers whose slot now holds other data than the table: re-created pods asking
-        for a new table. O(N) reads, so callers do it once per attempt, not per poll.
-        `states`: slots already read (the rest are read here and added to it)."""
+        for a new table. `among`: the only peers to check (a follower's: the slots
+        changed since the verdict and its sample); None: every one, O(N) reads, so
+        callers do it once per attempt, not per poll. `states`: slots already read (the
+        rest are read here and added to it)."""
         states = {} if states is None else states
+        wanted = None if among is None else set(among)
         out = []
         for record in outcome.members:
             if record.global_index in (0, self.index):
+                continue
+            if wanted is not None and record.global_index not in wanted:
                 continue
             if record.global_index not in states:
                 states[record.global_index] = self._slot_state(attempt_id, record.global_index)
@@ -250,8 +256,20 @@ class Participant:
         return out
 
     def _missing_now(self, attempt_id: str) -> list[int]:
-        """Nodes without a valid member document in the attempt, read afresh (O(N))."""
+        """Nodes without a valid member document in the attempt, afresh. From one listing
+        when it can be trusted and shows slots absent: those are the missing nodes, and no
+        slot is opened (pods of a job time out together: N reads each would be a burst of
+        N^2). Otherwise — every slot there (then node 0's verdict, or an unusable slot,
+        is what is missing), or FUSE — every slot is read (O(N))."""
         self.fresh.new_poll()
+        if self.fresh.attributes_current:
+            directory = self.fresh.file(self.paths.slot(attempt_id, 0)).parent
+            files = list_files(directory)
+            if files is not None:
+                absent = [index for index in range(self.identity.node_count)
+                          if self.paths.slot(attempt_id, index).name not in files]
+                if absent:
+                    return absent
         return [index for index in range(self.identity.node_count)
                 if not isinstance(self._slot_state(attempt_id, index), MemberDoc)]
 
