@@ -98,6 +98,21 @@ def paced(node_count: int) -> bool:
     return fast_for(node_count) == 0
 
 
+def joins_now(node_count: int, attempt_dir_seen: bool) -> bool:
+    """Whether a follower that found an attempt to publish into joins it in this poll.
+
+    In a job that paces its polls (`paced`) it publishes only into an attempt directory
+    its look saw exist: node 0 makes it (its own slot, right after `attempt.json`), so a
+    follower that meets `attempt.json` first — pods started together, node 0 a few round
+    trips into opening the attempt — would make the directories itself: two CREATEs and
+    their look-ups and ACCESSes on top of its join, ~29 RPCs in one window (measured on
+    the bed), over `WINDOW_RPCS`. It looks again instead, when the ledger has room for
+    its join. Nothing needs the follower's directory: node 0 publishes into the attempt
+    it opened before it waits for anyone, or has its verdict there already. A small job
+    keeps joining at once (sub-second lag; its fast polls are not paced)."""
+    return attempt_dir_seen or not paced(node_count)
+
+
 def room_in(ledger: list[tuple[float, float]], at: float, cost: float,
             window: float = WINDOW, budget: float = WINDOW_RPCS) -> float:
     """The earliest time at or after `at` when a poll costing `cost` RPCs keeps every
