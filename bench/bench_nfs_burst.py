@@ -13,11 +13,12 @@ in each 5 s window after its start, the peak window (RPC/s) and the mean.
 
 `--src DIR` runs the pods with DIR first on PYTHONPATH (an older copy: before/after).
 `--node0-late S` starts node 0 S seconds after the follower (a follower that looks
-before any attempt is open, then joins). `--trace` runs the follower under
-bench/nfs_call_trace.py and prints, for its first `--seconds`, each call on the volume
-that cost RPCs: when, which, how many (the join's cost, call by call). `--node0-pause S`
-runs node 0 under bench/slow_attempt_dir.py: S s between its `attempt.json` and the
-attempt's directory (a follower then meets the attempt before its directory).
+before any attempt is open, then joins); a negative S starts the follower -S s after
+node 0. `--trace` runs the follower under bench/nfs_call_trace.py and prints, for its
+first `--seconds`, each call on the volume that cost RPCs: when, which, how many (the
+join's cost, call by call). `--node0-pause S` runs node 0 under bench/slow_attempt_dir.py:
+S s between its `attempt.json` and the attempt's directory (a follower then meets the
+attempt before its directory).
 """
 
 from __future__ import annotations

@@ -43,7 +43,9 @@ window's budget — then stands alone in its window: the next glance comes once 
 it, and a pod that glanced before node 0's attempt opened joins once those glances have
 left. So no `WINDOW` seconds of a waiting follower's life, join included, cost the server
 more than `WINDOW_RPCS` (issue 29's target: 5 RPC/s over any 5 s window at N >= 64); the
-price is up to `WINDOW` s of lag around the pod's own join (docs/rendezvous.md).
+price is up to `WINDOW` s of lag around the pod's own join (docs/rendezvous.md). Such a
+follower joins only into an attempt directory node 0 has made (`joins_now`): making it
+itself, when it read `attempt.json` first, cost more than a window holds.
 
 Pure functions of the times and the job's size, so the cadence is tested by a table of
 cases.
