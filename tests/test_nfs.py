@@ -275,7 +275,7 @@ def test_a_waiting_follower_asks_the_server_for_at_most_5_rpcs_a_second(bed: Bed
     assert rate <= 5.0, f"{rate:.1f} RPC/s from one waiting follower: {sent}"
 
 
-@pytest.mark.parametrize(("vers", "first"), [("4.2", "node 0"), ("4.2", "follower"),
+@pytest.mark.parametrize(("vers", "first"), [("4.2", "node0"), ("4.2", "follower"),
                                              ("3", "follower")])
 def test_no_5_s_window_of_a_large_jobs_follower_holds_more_than_25_rpcs(
         vers: str, first: str, tmp_path: Path) -> None:
@@ -294,7 +294,7 @@ def test_no_5_s_window_of_a_large_jobs_follower_holds_more_than_25_rpcs(
         pytest.skip(reason)
     with Bed(tmp_path / "bed", vers=vers, options="", clients=2) as bed:
         nodes = bed.pods(64, devices=2, run_id="window", timeout=40)[:2]
-        nodes[1 if first == "node 0" else 0].start_delay = 1.0
+        nodes[1 if first == "node0" else 0].start_delay = 1.0
         bed.start_run(nodes, hard_timeout=90, place=lambda i: i)
         samples: list[tuple[float, int, dict[str, int]]] = []
         for k in range(26):
