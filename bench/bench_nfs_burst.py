@@ -13,9 +13,12 @@ in each 5 s window after its start, the peak window (RPC/s) and the mean.
 
 `--src DIR` runs the pods with DIR first on PYTHONPATH (an older copy: before/after).
 `--node0-late S` starts node 0 S seconds after the follower (a follower that looks
-before any attempt is open, then joins). `--trace` runs the follower under
-bench/nfs_call_trace.py and prints, for its first `--seconds`, each call on the volume
-that cost RPCs: when, which, how many (the join's cost, call by call).
+before any attempt is open, then joins); a negative S starts the follower -S s after
+node 0. `--trace` runs the follower under bench/nfs_call_trace.py and prints, for its
+first `--seconds`, each call on the volume that cost RPCs: when, which, how many (the
+join's cost, call by call). `--node0-pause S` runs node 0 under bench/slow_attempt_dir.py:
+S s between its `attempt.json` and the attempt's directory (a follower then meets the
+attempt before its directory).
 """
 
 from __future__ import annotations
@@ -38,13 +41,18 @@ apart (the bed's lease is 10 s; a real server's 90 s)."""
 
 
 def measure(bed: Bed, n: int, seconds: float, every: float, src: str, trace: bool = False,
-            node0_late: float = 0.0) -> list[tuple[float, int, dict[str, int]]]:
+            node0_late: float = 0.0, node0_pause: float = 0.0
+            ) -> list[tuple[float, int, dict[str, int]]]:
     timeout = seconds + 30
     nodes = bed.pods(n, run_id=f"burst-{n}", timeout=timeout)[:2]
     if src:
         for node in nodes:
             node.env["PYTHONPATH"] = src
-    nodes[0].start_delay = node0_late
+    nodes[0].start_delay = max(node0_late, 0.0)
+    nodes[1].start_delay = max(-node0_late, 0.0)  # negative: the follower comes later
+    if node0_pause > 0:
+        slow = str(Path(__file__).resolve().parent / "slow_attempt_dir.py")
+        nodes[0].argv = [nodes[0].argv[0], slow, str(node0_pause), *nodes[0].argv[3:]]
     if trace:
         tracer = str(Path(__file__).resolve().parent / "nfs_call_trace.py")
         nodes[1].argv = [nodes[1].argv[0], tracer, GUEST_SHARED, *nodes[1].argv[3:]]
@@ -77,7 +85,10 @@ def main() -> int:
     ap.add_argument("--vers", default="4.2", help="NFS version of the mounts: 4.2 or 3")
     ap.add_argument("--trace", action="store_true")
     ap.add_argument("--node0-late", type=float, default=0.0,
-                    help="start node 0 this many s after the follower (it comes first)")
+                    help="start node 0 this many s after the follower (it comes first); "
+                         "negative: the follower this many s after node 0")
+    ap.add_argument("--node0-pause", type=float, default=0.0,
+                    help="node 0 waits this many s between attempt.json and its directory")
     args = ap.parse_args()
     reason = why_not()
     if reason:
@@ -90,7 +101,7 @@ def main() -> int:
                  clients=2) as bed:
             print(f"booted in {bed.boot_seconds:.1f} s; {bed.server_ready}", flush=True)
             samples = measure(bed, n, args.seconds, args.every, args.src, args.trace,
-                              args.node0_late)
+                              args.node0_late, args.node0_pause)
             # the follower's own start: the first sample whose count moved
             base = samples[0][1]
             windows = []

@@ -255,3 +255,15 @@ def test_the_ledger_forgets_what_no_window_holds_any_more():
                                               (64, True), (1024, True)])
 def test_only_a_job_whose_followers_glance_from_the_start_is_paced(nodes, paced):
     assert cadence.paced(nodes) is paced
+
+
+@pytest.mark.parametrize(("nodes", "dir_seen", "joins"), [
+    (64, True, True),      # node 0's attempt directory is there: join
+    (64, False, False),    # paced, no directory yet: make none, look again (issue 29)
+    (1024, False, False),
+    (63, False, True),     # not paced: join at once, making the directory (sub-second lag)
+    (8, False, True),
+    (2, True, True),
+])
+def test_a_large_jobs_follower_joins_only_into_node0s_directory(nodes, dir_seen, joins):
+    assert cadence.joins_now(nodes, dir_seen) is joins

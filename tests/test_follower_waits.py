@@ -129,3 +129,29 @@ def test_an_abort_from_before_this_pod_started_is_history(tmp_path):
     with pytest.raises(ClusterInconsistent) as err:  # stale-abort at the timeout, not at once
         follower(tmp_path, polls_until_timeout=3).run()
     assert "no new attempt opened within 30 s" in str(err.value)
+
+
+def test_a_large_jobs_follower_names_node0_when_its_attempt_directory_never_comes(
+        tmp_path, logged):
+    """At N >= 64 a follower does not make node 0's attempt directory (cadence.joins_now):
+    if node 0 wrote `attempt.json` and never made it, the follower says what it waits for
+    while waiting and times out (exit 4) naming node 0 — having made nothing."""
+    nodes = 64
+    paths = RunPaths(tmp_path, RUN)
+    write_doc(paths.attempt_file, attempt(nodes=nodes), tmp_path)
+    ident = NodeIdentity("worker", 4, 1, nodes - 1, data(5).pod_ip, data(5).host_ip, "uid-5")
+    now = [1000.0]
+
+    def sleep(seconds: float) -> None:
+        now[0] += max(seconds, 0.01)
+
+    rdzv = Rendezvous(paths, ident, data(5), deadline=now[0] + 30, timeout=30,
+                      progress_interval=0.0, clock=lambda: now[0], sleep=sleep)
+    with pytest.raises(PeerTimeout) as err:
+        rdzv.run()
+    text = str(err.value)
+    assert "timed out after 30 s" in text and "missing: master 0 (node 0)" in text, text
+    assert "not yet made its directory" in text and str(paths.attempt_dir("a1")) in text
+    assert err.value.exit_code == 4
+    assert not (paths.root / "attempts").exists()
+    assert any("not yet made its directory" in line for line in logged), logged

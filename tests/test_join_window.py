@@ -34,27 +34,36 @@ class _Stop(Exception):
 
 
 def run_follower(tmp_path: Path, nodes: int, seconds: float, node0_after: float = 0.0,
-                 monkeypatch: pytest.MonkeyPatch | None = None
+                 monkeypatch: pytest.MonkeyPatch | None = None,
+                 dir_after: float | None = None, made: list[str] | None = None,
                  ) -> list[tuple[float, str]]:
     """Follower 1 of a job of `nodes` whose other pods never come, for `seconds` of its
     clock; node 0 opens its attempt `node0_after` s after the follower starts. Returns
     each stretch of calls between two naps: (its time, "glance" | "look" | "no-attempt
-    look" | "join"), glances and looks of one stretch as separate entries."""
+    look" | "join"), glances and looks of one stretch as separate entries.
+    `dir_after`: node 0 writes `attempt.json` at the start but makes the attempt's
+    directory (its own slot) only this many s later (math.inf: never); `made` collects
+    the directories the follower makes."""
     assert monkeypatch is not None
     paths = RunPaths(tmp_path, "run-1")
     start = 1000.0
     now = [start]
 
-    def open_attempt() -> None:
-        write_doc(paths.attempt_file, AttemptDoc(run_id="run-1", attempt_id="a1",
-                                                 opened_by="uid-0", node_count=nodes,
-                                                 master_count=1), tmp_path)
-        write_doc(paths.slot("a1", 0), member(0, nodes=nodes), tmp_path)
+    def open_attempt(slot: bool = True) -> None:
+        if not paths.attempt_file.exists():
+            write_doc(paths.attempt_file, AttemptDoc(run_id="run-1", attempt_id="a1",
+                                                     opened_by="uid-0", node_count=nodes,
+                                                     master_count=1), tmp_path)
+        if slot:
+            write_doc(paths.slot("a1", 0), member(0, nodes=nodes), tmp_path)
 
-    if node0_after <= 0:
+    if dir_after is not None:
+        open_attempt(slot=False)
+    elif node0_after <= 0:
         open_attempt()
     calls: list[tuple[str, str]] = []  # ("dir" | "read" | "create", path) since the last nap
     stretches: list[tuple[float, list[tuple[str, str]]]] = []
+    node0 = [False]  # node 0 is writing: its calls are not the follower's
     real_open = os.open
 
     def recording_open(path, flags, *args, **kwargs):
@@ -73,10 +82,24 @@ def run_follower(tmp_path: Path, nodes: int, seconds: float, node0_after: float 
         if node0_after > 0 and now[0] - start >= node0_after and not paths.attempt_file.exists():
             open_attempt()
             calls.clear()  # (node 0's writes, not the follower's)
+        if (dir_after is not None and now[0] - start >= dir_after
+                and not paths.attempt_dir("a1").exists()):
+            node0[0] = True  # (node 0's writes, not the follower's)
+            open_attempt()
+            node0[0] = False
+            calls.clear()
         if now[0] - start > seconds:
             raise _Stop
 
+    real_mkdir = os.mkdir
+
+    def recording_mkdir(path, *args, **kwargs):
+        if made is not None and not node0[0]:
+            made.append(str(path))
+        return real_mkdir(path, *args, **kwargs)
+
     monkeypatch.setattr(os, "open", recording_open)
+    monkeypatch.setattr(os, "mkdir", recording_mkdir)
     monkeypatch.setattr(random, "uniform", lambda a, b: a)  # the shortest naps
     ident = NodeIdentity("worker", 0, 1, nodes - 1, data(1).pod_ip, data(1).host_ip, "uid-1")
     rdzv = Rendezvous(paths, ident, data(1), deadline=now[0] + 600, timeout=600,
@@ -168,3 +191,33 @@ def test_on_a_fuse_volume_a_large_jobs_follower_keeps_its_cadence(tmp_path, monk
     looks = [t for t, k in events if k in ("look", "join")]
     gaps = [b - a for a, b in zip(looks, looks[1:])]
     assert max(gaps) <= cadence.GLANCE_EVERY + 1e-9, gaps
+
+
+@pytest.mark.parametrize("nodes", [64, 1024])
+def test_a_large_jobs_follower_that_meets_the_attempt_before_its_directory_makes_none(
+        tmp_path, monkeypatch, nodes):
+    """Pods started together: the follower reads node 0's `attempt.json` a few round trips
+    before node 0 makes the attempt's directory (with its own slot). Making it itself
+    would cost two CREATEs and their look-ups on top of the join, over the budget (~29
+    RPCs in one window on the bed): it makes no directory, looks again when the window
+    has room for its join, and joins once, into node 0's directory."""
+    made: list[str] = []
+    events = run_follower(tmp_path, nodes, 20.0, monkeypatch=monkeypatch, dir_after=0.3,
+                          made=made)
+    assert made == [], made
+    kinds = [k for _, k in events]
+    assert kinds.count("join") == 1, events
+    assert peak_window(events) <= cadence.WINDOW_RPCS, events
+    # the price: the join waits until the first look has left its window, no longer
+    joined = next(t for t, k in events if k == "join")
+    assert 0.3 <= joined <= cadence.WINDOW + cadence.GLANCE_EVERY * 1.2, events
+
+
+def test_a_small_jobs_follower_still_joins_at_once_into_an_attempt_without_directory(
+        tmp_path, monkeypatch):
+    """N < 64 is not paced: its first look publishes, making the directory (unchanged)."""
+    made: list[str] = []
+    events = run_follower(tmp_path, 8, 1.0, monkeypatch=monkeypatch, dir_after=0.5,
+                          made=made)
+    assert (0.0, "join") in events, events
+    assert str(RunPaths(tmp_path, "run-1").attempt_dir("a1")) in made

@@ -43,7 +43,9 @@ window's budget — then stands alone in its window: the next glance comes once 
 it, and a pod that glanced before node 0's attempt opened joins once those glances have
 left. So no `WINDOW` seconds of a waiting follower's life, join included, cost the server
 more than `WINDOW_RPCS` (issue 29's target: 5 RPC/s over any 5 s window at N >= 64); the
-price is up to `WINDOW` s of lag around the pod's own join (docs/rendezvous.md).
+price is up to `WINDOW` s of lag around the pod's own join (docs/rendezvous.md). Such a
+follower joins only into an attempt directory node 0 has made (`joins_now`): making it
+itself, when it read `attempt.json` first, cost more than a window holds.
 
 Pure functions of the times and the job's size, so the cadence is tested by a table of
 cases.
@@ -96,6 +98,21 @@ def paced(node_count: int) -> bool:
     """Whether a follower of a job of `node_count` nodes paces its polls by the ledger
     (`room_in`): the jobs whose followers glance from their start."""
     return fast_for(node_count) == 0
+
+
+def joins_now(node_count: int, attempt_dir_seen: bool) -> bool:
+    """Whether a follower that found an attempt to publish into joins it in this poll.
+
+    In a job that paces its polls (`paced`) it publishes only into an attempt directory
+    its look saw exist: node 0 makes it (its own slot, right after `attempt.json`), so a
+    follower that meets `attempt.json` first — pods started together, node 0 a few round
+    trips into opening the attempt — would make the directories itself: two CREATEs and
+    their look-ups and ACCESSes on top of its join, ~29 RPCs in one window (measured on
+    the bed), over `WINDOW_RPCS`. It looks again instead, when the ledger has room for
+    its join. Nothing needs the follower's directory: node 0 publishes into the attempt
+    it opened before it waits for anyone, or has its verdict there already. A small job
+    keeps joining at once (sub-second lag; its fast polls are not paced)."""
+    return attempt_dir_seen or not paced(node_count)
 
 
 def room_in(ledger: list[tuple[float, float]], at: float, cost: float,

@@ -62,6 +62,9 @@ class Follower(Participant):
         seen: Optional[object] = None  # what the last glance at the run directory saw
         seen_attempt: Optional[str] = None
         attempt: Optional[AttemptDoc] = None
+        # A large job's follower that met node 0's attempt before its directory looks
+        # again at its next poll instead of making the directory (`cadence.joins_now`).
+        awaiting_dir = False
         # What this follower's recent polls cost the server, modeled (cadence, "the
         # join, paced"): a large job's follower holds a poll back until it fits.
         ledger: Optional[list[tuple[float, float]]] = [] if cadence.paced(size) else None
@@ -75,8 +78,8 @@ class Follower(Participant):
             if ledger is not None and not self.fresh.attributes_current:
                 ledger = None  # (the costs paced are an NFS server's: sshfs keeps its cadence)
             seen = glance
-            if not cadence.follower_looks(now, busy_since, last_look, changed,
-                                          self.poll_interval, size):
+            if not cadence.follower_looks(now, busy_since, last_look,
+                                          changed or awaiting_dir, self.poll_interval, size):
                 if self._timed_out():
                     raise self._timeout_error(self._timeout(action, attempt))
                 self._paced_nap(ledger, cadence.follower_nap(now, busy_since,
@@ -105,7 +108,11 @@ class Follower(Participant):
             # nothing, where an `lstat` first makes the open revalidate (a GETATTR more).
             if not root_checked:
                 root_checked = check_real_dirs(self.paths.shared_dir, self.paths.root)
-            self.fresh.maybe_list(self.paths.root)
+            if self.fresh.opened(self.paths.root):
+                # (watched for listings once it exists: a listing of a directory not
+                # there yet would only cost a LOOKUP every few seconds, and would put
+                # a READDIR into the join of a pod that came before node 0)
+                self.fresh.maybe_list(self.paths.root)
             attempt = self._read_attempt()
             new_attempt = attempt is not None and attempt.attempt_id != seen_attempt
             if attempt is not None and new_attempt:
@@ -134,6 +141,15 @@ class Follower(Participant):
                 self._warn_once(f"{self.paths.slot(attempt.attempt_id, self.index)}: {slot}"
                                 if attempt else slot)
             action = decide.follower_step(attempt, outcome, slot, self.me, published_in)
+            awaiting_dir = False
+            if isinstance(action, decide.Publish) and not cadence.joins_now(
+                    size, action.attempt_id in checked_dirs):
+                awaiting_dir = True
+                action = decide.WaitAttempt(
+                    f"{self.name(0)} has opened attempt {action.attempt_id} but not yet "
+                    f"made its directory ({self.paths.attempt_dir(action.attempt_id)})",
+                    "no-attempt-dir",
+                )
             if attempt is None and not writable_checked:
                 # Nobody can ever open an attempt on a read-only volume: say so now, not
                 # at the timeout. (A completed run is only read: restarts still work.)
@@ -365,6 +381,13 @@ class Follower(Participant):
                 f"{node0}",
                 f"check that {node0} of this start of the job is running and mounts "
                 "the same shared volume; exit 4 is retryable",
+            )
+        if isinstance(action, decide.WaitAttempt) and action.kind == "no-attempt-dir":
+            return PeerTimeout(
+                f"timed out after {waited}: {action.reason}, and it never came; missing: "
+                f"{node0}",
+                f"check {node0}'s log (it makes the directory when it publishes its own "
+                "slot) and that it mounts the same shared volume; exit 4 is retryable",
             )
         if isinstance(action, decide.WaitAttempt) and action.kind == "own-failure":
             return PeerTimeout(

@@ -271,6 +271,11 @@ class Freshness:
                 return None
             current = current.parent
 
+    def opened(self, path: Path) -> bool:
+        """Whether this poll has opened `path` as an existing directory (a glance or a
+        revalidation), without asking the volume again."""
+        return self._done.get(path, False)
+
     def relist(self, path: Path) -> None:
         """List `path` now (a listing replaces stale cached entries, see above)."""
         if self.dir(path):
