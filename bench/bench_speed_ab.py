@@ -1,0 +1,100 @@
+"""Issue 30's N = 8 figure with each of this round's cuts switched off in turn (A/B in one
+tree, interleaved round after round with the floor), so that what each cut bought is
+measured on the same machine under the same load.
+
+Each variant runs the agent through a small wrapper that undoes the named cuts in the pod's
+process before `ascend_node.cli.main` runs (same tree, same bytecode):
+
+- `end_now`: a pod's command ends without the interpreter's teardown (`cli.app.end_now`);
+- `node0_nap`: node 0 polls every quarter poll while the last slot of a start burst is
+  missing (`rendezvous.cadence.node0_nap`).
+
+    python bench/bench_speed_ab.py [--rounds 7] [--nodes 8] [--devices 8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import compileall
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent
+sys.path.insert(0, str(BENCH))
+
+import bench_speed as speed  # noqa: E402
+
+WRAPPER = """
+import os, sys
+off = set(filter(None, os.environ.get("AB_OFF", "").split(",")))
+if "end_now" in off:
+    import ascend_node.cli
+    ascend_node.cli.end_now = lambda code: None
+if "node0_nap" in off:
+    from ascend_node.rendezvous import cadence
+    cadence.node0_nap = lambda poll_interval, missing, since_arrival: poll_interval
+from ascend_node.cli import main
+sys.argv[0] = "ascend-node"
+main()
+"""
+
+VARIANTS = {
+    "both cuts": "",
+    "without end_now": "end_now",
+    "without node0_nap": "node0_nap",
+    "neither (main)": "end_now,node0_nap",
+}
+
+
+def agent_path(n: int, devices: int, off: str) -> tuple[float, float]:
+    """bench_speed.last_pod_path for the agent, with the cuts in `off` undone."""
+    job = speed.Job(n, devices, "agent", preflight=False)
+
+    def start(index: int) -> None:
+        env = dict(job.envs[index], AB_OFF=off)
+        job.procs.append(subprocess.Popen(
+            [sys.executable, "-c", WRAPPER, "ranktable"], env=env,
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE))
+
+    try:
+        for i in range(n - 1):
+            start(i)
+        speed.wait_for(lambda: all(speed.published("agent", job.shared, i)
+                                   for i in range(n - 1)), 300, f"{n - 1} pods publishing")
+        time.sleep(1.0)
+        start(n - 1)
+        last_start = time.monotonic()
+        cpu = job.wait_all()
+        return time.monotonic() - last_start, cpu[job.procs[-1].pid]
+    finally:
+        job.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--nodes", type=int, default=8)
+    parser.add_argument("--devices", type=int, default=8)
+    args = parser.parse_args()
+    compileall.compile_dir(str(speed.ROOT / "ascend_node"), quiet=1)
+    print(f"bench_speed_ab: python {sys.version.split()[0]}, {speed.load()}")
+    got: dict[str, list[float]] = {"floor": [], **{v: [] for v in VARIANTS}}
+    for _ in range(args.rounds):
+        got["floor"].append(speed.last_pod_path("floor", args.nodes, args.devices, False)[0])
+        for variant, off in VARIANTS.items():
+            got[variant].append(agent_path(args.nodes, args.devices, off)[0])
+    floor = statistics.median(got["floor"])
+    print(f"\nN = {args.nodes}, the last pod's critical path (medians of {args.rounds} "
+          "interleaved rounds)")
+    for kind, values in got.items():
+        mid = statistics.median(values)
+        vs = "" if kind == "floor" else f"  agent - floor {mid - floor:+.2f} s"
+        print(f"  {kind:18} {mid:5.2f} s{vs}   trials " + ", ".join(f"{x:.2f}" for x in values))
+    print(f"\nend: {speed.load()}")
+
+
+if __name__ == "__main__":
+    main()
