@@ -23,7 +23,9 @@ it glances every `GLANCE_EVERY` s (or the poll interval if longer) and looks whe
 shows a change, and at least every `LOOK_EVERY` s whatever the glance says (a missed
 nudge, a twin rewriting its slot, progress for the log). Node 0 keeps polling at
 the poll interval: it is one pod, and its cost per poll is a GETATTR unless the attempt
-directory changed (then a listing, and a read of each slot that is new or replaced).
+directory changed (then a listing, and a read of each slot that is new or replaced); a
+quarter of it for a while when only the last slot of a start burst is missing
+(`node0_nap`).
 
 **The start burst.** A gang-scheduled job starts its N pods within seconds, so their
 first seconds coincide: at 11-20 RPC/s per pod in its fast polls (measured on the bed),
