@@ -7,7 +7,9 @@ process before `ascend_node.cli.main` runs (same tree, same bytecode):
 
 - `end_now`: a pod's command ends without the interpreter's teardown (`cli.app.end_now`);
 - `node0_nap`: node 0 polls every quarter poll while the last slot of a start burst is
-  missing (`rendezvous.cadence.node0_nap`).
+  missing (`rendezvous.cadence.node0_nap`);
+- `after_publish`: a follower looks every quarter poll in the first poll interval after
+  its own publish (`rendezvous.cadence.after_publish_nap`).
 
     python bench/bench_speed_ab.py [--rounds 7] [--nodes 8] [--devices 8]
 """
@@ -36,16 +38,20 @@ if "end_now" in off:
 if "node0_nap" in off:
     from ascend_node.rendezvous import cadence
     cadence.node0_nap = lambda poll_interval, missing, since_arrival: poll_interval
+if "after_publish" in off:
+    from ascend_node.rendezvous import cadence
+    cadence.after_publish_nap = lambda *args: None
 from ascend_node.cli import main
 sys.argv[0] = "ascend-node"
 main()
 """
 
 VARIANTS = {
-    "both cuts": "",
+    "all cuts": "",
     "without end_now": "end_now",
     "without node0_nap": "node0_nap",
-    "neither (main)": "end_now,node0_nap",
+    "without after_publish": "after_publish",
+    "none (main)": "end_now,node0_nap,after_publish",
 }
 
 
@@ -92,7 +98,7 @@ def main() -> None:
     for kind, values in got.items():
         mid = statistics.median(values)
         vs = "" if kind == "floor" else f"  agent - floor {mid - floor:+.2f} s"
-        print(f"  {kind:18} {mid:5.2f} s{vs}   trials " + ", ".join(f"{x:.2f}" for x in values))
+        print(f"  {kind:22} {mid:5.2f} s{vs}   trials " + ", ".join(f"{x:.2f}" for x in values))
     print(f"\nend: {speed.load()}")
 
 

@@ -82,6 +82,30 @@ def test_the_quicker_first_looks_stay_within_the_jobs_budget(nodes):
 
 
 @pytest.mark.parametrize(
+    ("now", "nodes", "nap"),
+    [
+        (0.0, 2, P / 4),        # right after the publish: a quarter poll
+        (0.15, 8, P / 4),
+        (P, 8, None),           # one poll interval after it: the fast polls' nap
+        (5.0, 8, None),
+        (0.0, 16, 15 * cadence.FAST_POLL_RPCS / cadence.JOB_FAST_BUDGET),  # spaced
+        (0.0, 31, None),        # spaced to a whole poll: none
+        (0.0, 64, None),        # a job that glances from its start: none
+    ],
+)
+def test_a_follower_looks_again_sooner_in_the_first_poll_after_its_publish(now, nodes, nap):
+    got = cadence.after_publish_nap(now, 0.0, P, nodes)
+    assert got == (None if nap is None else pytest.approx(nap))
+
+
+@pytest.mark.parametrize("nodes", [2, 8, 16, 30, 31, 63])
+def test_the_quicker_looks_after_a_publish_stay_within_the_jobs_budget(nodes):
+    nap = cadence.after_publish_nap(0.0, 0.0, P, nodes)
+    if nap is not None:
+        assert (nodes - 1) * cadence.FAST_POLL_RPCS / nap <= cadence.JOB_FAST_BUDGET + 1e-9
+
+
+@pytest.mark.parametrize(
     ("changed", "changed_last", "now", "last_listing", "lists"),
     [
         (True, False, 1.0, 0.8, True),     # the directory changed

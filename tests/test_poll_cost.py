@@ -363,3 +363,35 @@ def test_node0_quick_polls_start_when_the_last_but_one_slot_arrives(tmp_path):
     naps = _node0_naps(tmp_path, 4, (1,), 90, node2_arrives)
     assert all(n >= 0.2 * 0.8 - 1e-9 for n in naps[:60])
     assert all(n <= 0.05 * 1.2 + 1e-9 for n in naps[61:])
+
+
+def test_a_follower_looks_every_quarter_poll_in_the_first_poll_after_its_publish(tmp_path):
+    """Issue 30: node 0 answers the last slot within a quarter poll, so the pod that
+    published last looks again a quarter poll later (+-20 %) until one poll interval has
+    passed since its publish, then at the poll interval (`cadence.after_publish_nap`)."""
+    nodes, me, poll = 4, 2, 0.2
+    paths = RunPaths(tmp_path, "run-1")
+    write_doc(paths.attempt_file, AttemptDoc(run_id="run-1", attempt_id="a1", opened_by="uid-0",
+                                             node_count=nodes, master_count=1), tmp_path)
+    for index in (0, 1):
+        write_doc(paths.slot("a1", index), member(index, nodes=nodes), tmp_path)
+    ident = NodeIdentity("worker", me - 1, 1, nodes - 1, data(me).pod_ip, data(me).host_ip,
+                         f"uid-{me}")
+    now = [1000.0]
+    naps: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        naps.append(seconds)
+        now[0] += seconds
+        if len(naps) == 12:
+            raise _Stop
+
+    rdzv = Rendezvous(paths, ident, data(me), deadline=now[0] + 600, timeout=600,
+                      progress_interval=1e9, clock=lambda: now[0], sleep=sleep)
+    with pytest.raises(_Stop):
+        rdzv.run()
+    assert paths.slot("a1", me).exists()
+    quick = [n for n in naps if n <= poll / 4 * 1.2 + 1e-9]
+    assert naps[:len(quick)] == quick and 3 <= len(quick) <= 5, naps
+    assert all(poll / 4 * 0.8 - 1e-9 <= n for n in quick)
+    assert all(poll * 0.8 - 1e-9 <= n <= poll * 1.2 + 1e-9 for n in naps[len(quick):]), naps

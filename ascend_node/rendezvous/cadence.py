@@ -170,6 +170,19 @@ def first_attempt_nap(now: float, started: float, poll_interval: float,
     return nap if nap < poll_interval else None
 
 
+def after_publish_nap(now: float, published_at: float, poll_interval: float,
+                      node_count: int = 0) -> Optional[float]:
+    """A shorter nap for a follower in the first poll interval after its own publish, while
+    it waits for the verdict of that attempt; None: `follower_nap`'s.
+
+    Node 0 answers the last slot of a start burst within about a quarter poll
+    (`node0_nap`), so the pod that published last would otherwise nap a whole poll before
+    it reads a verdict that is there already — the last step on the whole job's path
+    (issue 30, docs/benchmarks.md). The same few looks, spaced the same way, as
+    `first_attempt_nap` (none from 31 nodes; `peak_follower_rpcs` counts them)."""
+    return first_attempt_nap(now, published_at, poll_interval, node_count)
+
+
 def settle_wait(poll_interval: float) -> float:
     """How long node 0 waits, after it nudged the followers, before it completes with a
     contested slot: the longest a calm follower takes to glance (with the 20 % jitter),
@@ -287,8 +300,9 @@ def peak_follower_rpcs(poll_interval: float, node_count: int, window: float = LO
     shortest = 0.8  # the jitter: naps of 80-120 %
     if fast_for(node_count) > 0:
         quick = first_attempt_nap(0.0, 0.0, poll_interval, node_count)
-        # the looks of a first poll interval without an attempt, once (first_attempt_nap)
-        extra = math.ceil(poll_interval / (quick * shortest)) if quick else 0
+        # the looks of a first poll interval without an attempt, once (first_attempt_nap),
+        # and of the first poll interval after the publish (after_publish_nap)
+        extra = 2 * math.ceil(poll_interval / (quick * shortest)) if quick else 0
         return (FAST_POLL_RPCS / (fast_interval(node_count, poll_interval) * shortest)
                 + extra * FAST_POLL_RPCS / window)
     glances = window / (max(poll_interval, GLANCE_EVERY) * shortest)
