@@ -82,6 +82,30 @@ def test_the_quicker_first_looks_stay_within_the_jobs_budget(nodes):
 
 
 @pytest.mark.parametrize(
+    ("now", "nodes", "nap"),
+    [
+        (0.0, 2, P / 4),        # right after the publish: a quarter poll
+        (0.15, 8, P / 4),
+        (P, 8, None),           # one poll interval after it: the fast polls' nap
+        (5.0, 8, None),
+        (0.0, 16, 15 * cadence.FAST_POLL_RPCS / cadence.JOB_FAST_BUDGET),  # spaced
+        (0.0, 31, None),        # spaced to a whole poll: none
+        (0.0, 64, None),        # a job that glances from its start: none
+    ],
+)
+def test_a_follower_looks_again_sooner_in_the_first_poll_after_its_publish(now, nodes, nap):
+    got = cadence.after_publish_nap(now, 0.0, P, nodes)
+    assert got == (None if nap is None else pytest.approx(nap))
+
+
+@pytest.mark.parametrize("nodes", [2, 8, 16, 30, 31, 63])
+def test_the_quicker_looks_after_a_publish_stay_within_the_jobs_budget(nodes):
+    nap = cadence.after_publish_nap(0.0, 0.0, P, nodes)
+    if nap is not None:
+        assert (nodes - 1) * cadence.FAST_POLL_RPCS / nap <= cadence.JOB_FAST_BUDGET + 1e-9
+
+
+@pytest.mark.parametrize(
     ("changed", "changed_last", "now", "last_listing", "lists"),
     [
         (True, False, 1.0, 0.8, True),     # the directory changed
@@ -93,6 +117,45 @@ def test_the_quicker_first_looks_stay_within_the_jobs_budget(nodes):
 def test_when_node0_lists_the_attempt_directory(changed, changed_last, now, last_listing,
                                                  lists):
     assert cadence.node0_lists(changed, changed_last, now, last_listing) is lists
+
+
+@pytest.mark.parametrize(
+    ("poll", "missing", "since_arrival", "nap"),
+    [
+        (P, 1, 0.0, P / 4),            # the last slot, the others just in: quick polls
+        (P, 1, FAST_FOR - 0.01, P / 4),
+        (P, 1, FAST_FOR, P),           # the last pod is late: the poll interval again
+        (P, 1, 600.0, P),
+        (P, 2, 0.0, P),                # more than one missing: the poll interval
+        (P, 7, 1.0, P),
+        (P, 0, 0.0, P),                # (all present: node 0 completes, no nap)
+        (1.0, 1, 0.5, 0.25),           # a quarter of whatever the poll interval is
+        (0.05, 1, 0.5, 0.0125),
+    ],
+)
+def test_node0_polls_quicker_for_the_last_slot_of_a_start_burst(poll, missing,
+                                                                 since_arrival, nap):
+    assert cadence.node0_nap(poll, missing, since_arrival) == pytest.approx(nap)
+
+
+def _node0_rpcs(seconds: float, nap) -> float:
+    """Node 0's RPCs (two GETATTRs a poll) in [0, seconds] with one slot missing since 0,
+    with the jitter's shortest naps."""
+    now, total = 0.0, 0.0
+    while now <= seconds:
+        total += 2 * cadence.GLANCE_RPCS
+        now += nap(now) * 0.8
+    return total
+
+
+def test_node0s_quick_polls_cost_the_server_a_bounded_few_rpcs():
+    """Node 0's quick polls come once per start, for at most FAST_FOR s after the last but
+    one slot arrived: at most 2 GETATTRs per 0.8 quarter poll over FAST_FOR s more than
+    its polls at the poll interval (500 RPCs at 0.2 s), whatever the job's size."""
+    quick = _node0_rpcs(10 * FAST_FOR, lambda now: cadence.node0_nap(P, 1, now))
+    plain = _node0_rpcs(10 * FAST_FOR, lambda now: P)
+    assert quick - plain <= 2 * cadence.GLANCE_RPCS * FAST_FOR / (P / 4 * 0.8) + 2
+    assert quick - plain >= 2 * cadence.GLANCE_RPCS * FAST_FOR / (P / 4 * 1.2) - 2 * FAST_FOR / P
 
 
 def _follower_rpcs(seconds: float, poll: float = P, glance_rpcs: int = 1,

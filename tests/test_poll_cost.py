@@ -306,3 +306,92 @@ def test_a_calm_follower_glances_and_sees_the_verdict_at_its_next_poll(tmp_path,
     # a glance per GLANCE_EVERY (+-20 %) and a full look (5 opens) per LOOK_EVERY
     assert len(calm) - len(glances) <= span / cadence.LOOK_EVERY + 1
     assert opens / span <= 1.25 / cadence.GLANCE_EVERY + 5 / cadence.LOOK_EVERY
+
+
+def _node0_naps(tmp_path: Path, nodes: int, present: tuple[int, ...], naps: int,
+                on_nap: Callable[[int, float], None] = lambda k, now: None) -> list[float]:
+    """Node 0's naps (fake clock, advanced by each nap) in an attempt where the slots
+    `present` are in; `on_nap(k, now)` runs at the k-th nap."""
+    tmp_path.mkdir(exist_ok=True)
+    paths = RunPaths(tmp_path, "run-1")
+    write_doc(paths.attempt_file, AttemptDoc(run_id="run-1", attempt_id="a1", opened_by="uid-0",
+                                             node_count=nodes, master_count=1), tmp_path)
+    for index in present:
+        write_doc(paths.slot("a1", index), member(index, nodes=nodes), tmp_path)
+    ident = NodeIdentity("master", 0, 1, nodes - 1, data(0).pod_ip, data(0).host_ip, "uid-0")
+    now = [1000.0]
+    got: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        got.append(seconds)
+        now[0] += seconds
+        if len(got) == naps:
+            raise _Stop
+        on_nap(len(got), now[0])
+
+    rdzv = Rendezvous(paths, ident, data(0), deadline=now[0] + 600, timeout=600,
+                      progress_interval=1e9, clock=lambda: now[0], sleep=sleep)
+    with pytest.raises(_Stop):
+        rdzv.run()
+    return got
+
+
+def test_node0_polls_quicker_while_the_last_slot_of_a_start_burst_is_missing(tmp_path):
+    """Issue 30: the last pod's publish -> node 0's verdict is on every pod's path. With one
+    slot missing, node 0 naps a quarter poll (+-20 %) for `cadence.FAST_FOR` s after the
+    last but one arrived, then the poll interval again; with two missing, the poll
+    interval throughout (`cadence.node0_nap`)."""
+    poll = 0.2
+    naps = _node0_naps(tmp_path / "one", 4, (1, 2), 400)
+    quick = [n for n in naps if n <= poll / 4 * 1.2 + 1e-9]
+    assert all(poll / 4 * 0.8 - 1e-9 <= n for n in quick)
+    assert naps[:len(quick)] == quick  # the quick naps first, then never again
+    assert cadence.FAST_FOR - poll <= sum(quick) <= cadence.FAST_FOR + poll / 4 * 1.2
+    assert all(poll * 0.8 - 1e-9 <= n <= poll * 1.2 + 1e-9 for n in naps[len(quick):])
+    assert len(naps) > len(quick) + 10
+    two = _node0_naps(tmp_path / "two", 4, (1,), 30)
+    assert all(poll * 0.8 - 1e-9 <= n <= poll * 1.2 + 1e-9 for n in two)
+
+
+def test_node0_quick_polls_start_when_the_last_but_one_slot_arrives(tmp_path):
+    paths = RunPaths(tmp_path, "run-1")
+
+    def node2_arrives(k: int, now: float) -> None:
+        if k == 60:  # 12 s of polls with two missing
+            write_doc(paths.slot("a1", 2), member(2, nodes=4), tmp_path)
+
+    naps = _node0_naps(tmp_path, 4, (1,), 90, node2_arrives)
+    assert all(n >= 0.2 * 0.8 - 1e-9 for n in naps[:60])
+    assert all(n <= 0.05 * 1.2 + 1e-9 for n in naps[61:])
+
+
+def test_a_follower_looks_every_quarter_poll_in_the_first_poll_after_its_publish(tmp_path):
+    """Issue 30: node 0 answers the last slot within a quarter poll, so the pod that
+    published last looks again a quarter poll later (+-20 %) until one poll interval has
+    passed since its publish, then at the poll interval (`cadence.after_publish_nap`)."""
+    nodes, me, poll = 4, 2, 0.2
+    paths = RunPaths(tmp_path, "run-1")
+    write_doc(paths.attempt_file, AttemptDoc(run_id="run-1", attempt_id="a1", opened_by="uid-0",
+                                             node_count=nodes, master_count=1), tmp_path)
+    for index in (0, 1):
+        write_doc(paths.slot("a1", index), member(index, nodes=nodes), tmp_path)
+    ident = NodeIdentity("worker", me - 1, 1, nodes - 1, data(me).pod_ip, data(me).host_ip,
+                         f"uid-{me}")
+    now = [1000.0]
+    naps: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        naps.append(seconds)
+        now[0] += seconds
+        if len(naps) == 12:
+            raise _Stop
+
+    rdzv = Rendezvous(paths, ident, data(me), deadline=now[0] + 600, timeout=600,
+                      progress_interval=1e9, clock=lambda: now[0], sleep=sleep)
+    with pytest.raises(_Stop):
+        rdzv.run()
+    assert paths.slot("a1", me).exists()
+    quick = [n for n in naps if n <= poll / 4 * 1.2 + 1e-9]
+    assert naps[:len(quick)] == quick and 3 <= len(quick) <= 5, naps
+    assert all(poll / 4 * 0.8 - 1e-9 <= n for n in quick)
+    assert all(poll * 0.8 - 1e-9 <= n <= poll * 1.2 + 1e-9 for n in naps[len(quick):]), naps

@@ -111,6 +111,7 @@ class Assembler(Participant):
         slots: dict[int, decide.SlotState] = {}
         outcome_seen: Optional[tuple[int, int, int]] = None
         attempt_dir = self.paths.attempt_dir(attempt_id)
+        arrived = self.clock()  # when the slots present last changed (`cadence.node0_nap`)
         while True:
             now = self.clock()
             run_stamp = self.fresh.glance(self.paths.root)
@@ -174,6 +175,7 @@ class Assembler(Participant):
             key = (verdict.present, verdict.missing)
             if key != last_progress:
                 last_progress = key
+                arrived = now
                 write_doc(self.paths.progress(attempt_id), ProgressDoc(
                     run_id=self.paths.run_id, attempt_id=attempt_id,
                     node_count=self.identity.node_count,
@@ -187,7 +189,8 @@ class Assembler(Participant):
                                              self.identity.node_count))
             if self._timed_out():
                 raise self._timeout_error(self._timeout(verdict))
-            self._nap()
+            self._nap(cadence.node0_nap(self.poll_interval, len(verdict.missing),
+                                        self.clock() - arrived))
 
     def _timeout(self, verdict: decide.Waiting) -> PeerTimeout:
         invalid = "".join(

@@ -23,7 +23,9 @@ it glances every `GLANCE_EVERY` s (or the poll interval if longer) and looks whe
 shows a change, and at least every `LOOK_EVERY` s whatever the glance says (a missed
 nudge, a twin rewriting its slot, progress for the log). Node 0 keeps polling at
 the poll interval: it is one pod, and its cost per poll is a GETATTR unless the attempt
-directory changed (then a listing, and a read of each slot that is new or replaced).
+directory changed (then a listing, and a read of each slot that is new or replaced); a
+quarter of it for a while when only the last slot of a start burst is missing
+(`node0_nap`).
 
 **The start burst.** A gang-scheduled job starts its N pods within seconds, so their
 first seconds coincide: at 11-20 RPC/s per pod in its fast polls (measured on the bed),
@@ -185,6 +187,19 @@ def first_attempt_nap(now: float, started: float, poll_interval: float,
     return nap if nap < poll_interval else None
 
 
+def after_publish_nap(now: float, published_at: float, poll_interval: float,
+                      node_count: int = 0) -> Optional[float]:
+    """A shorter nap for a follower in the first poll interval after its own publish, while
+    it waits for the verdict of that attempt; None: `follower_nap`'s.
+
+    Node 0 answers the last slot of a start burst within about a quarter poll
+    (`node0_nap`), so the pod that published last would otherwise nap a whole poll before
+    it reads a verdict that is there already — the last step on the whole job's path
+    (issue 30, docs/benchmarks.md). The same few looks, spaced the same way, as
+    `first_attempt_nap` (none from 31 nodes; `peak_follower_rpcs` counts them)."""
+    return first_attempt_nap(now, published_at, poll_interval, node_count)
+
+
 def settle_wait(poll_interval: float) -> float:
     """How long node 0 waits, after it nudged the followers, before it completes with a
     contested slot: the longest a calm follower takes to glance (with the 20 % jitter),
@@ -199,6 +214,29 @@ def node0_lists(dir_changed: bool, changed_last_poll: bool, now: float,
     second change within the same tick of the server's clock leaves the mtime as it
     was); and every `LOOK_EVERY` s whatever the directory says."""
     return dir_changed or changed_last_poll or now - last_listing >= LOOK_EVERY
+
+
+LAST_SLOT_SPLIT = 4
+"""While one slot is missing, node 0 polls this many times per poll interval for
+`FAST_FOR` seconds after the last slot arrived (`node0_nap`)."""
+
+
+def node0_nap(poll_interval: float, missing: int, since_arrival: float) -> float:
+    """Seconds to node 0's next poll while it waits for slots (before jitter): the poll
+    interval; a quarter of it while one slot is missing and the last one arrived less than
+    `FAST_FOR` s ago.
+
+    The last pod's publish -> node 0's verdict is on the path of every pod of the job (none
+    holds the table before it): half a poll on average, 0.1 s at the defaults (issue 30,
+    docs/benchmarks.md). A gang-scheduled job's pods start within seconds of each other, so
+    when all but one slot came in the last seconds the last pod is most likely close
+    behind. Node 0 is one pod, and a poll of its is two GETATTRs whatever the job's size:
+    its quick polls ask the server for `node0_rpcs_per_second` of a quarter poll (40 RPC/s
+    at 0.2 s) for at most `FAST_FOR` s once the last but one slot is in; a slot that comes
+    later finds node 0 at its poll interval again."""
+    if missing == 1 and since_arrival < FAST_FOR:
+        return poll_interval / LAST_SLOT_SPLIT
+    return poll_interval
 
 
 # What each kind of poll costs an NFS server, measured on the test bed (kernel nfsd, Linux
@@ -279,8 +317,9 @@ def peak_follower_rpcs(poll_interval: float, node_count: int, window: float = LO
     shortest = 0.8  # the jitter: naps of 80-120 %
     if fast_for(node_count) > 0:
         quick = first_attempt_nap(0.0, 0.0, poll_interval, node_count)
-        # the looks of a first poll interval without an attempt, once (first_attempt_nap)
-        extra = math.ceil(poll_interval / (quick * shortest)) if quick else 0
+        # the looks of a first poll interval without an attempt, once (first_attempt_nap),
+        # and of the first poll interval after the publish (after_publish_nap)
+        extra = 2 * math.ceil(poll_interval / (quick * shortest)) if quick else 0
         return (FAST_POLL_RPCS / (fast_interval(node_count, poll_interval) * shortest)
                 + extra * FAST_POLL_RPCS / window)
     glances = window / (max(poll_interval, GLANCE_EVERY) * shortest)

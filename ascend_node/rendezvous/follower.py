@@ -47,6 +47,7 @@ class Follower(Participant):
     def run(self) -> OutcomeDoc:
         self._traced = set()
         published_in: Optional[str] = None
+        published_at = -1e9  # when this pod last published (`cadence.after_publish_nap`)
         outdated_checked: dict[str, list[int]] = {}
         acceptance_reads: dict[str, dict[int, decide.SlotState]] = {}
         node0_seen: dict[str, decide.SlotState] = {}
@@ -197,7 +198,7 @@ class Follower(Participant):
                 self._publish(action.attempt_id, slot,
                               dirs_checked=action.attempt_id in checked_dirs)
                 published_in = action.attempt_id
-                busy_since = self.clock()
+                busy_since = published_at = self.clock()
                 if ledger is not None:
                     # Calm from the start: the next full look comes a whole window
                     # after the publish, and the next glance when the join leaves room.
@@ -236,8 +237,12 @@ class Follower(Participant):
                 ledger[-1] = (ledger[-1][0], cadence.look_rpcs(attempt is not None))
             if self._timed_out():
                 raise self._timeout_error(self._timeout(action, attempt))
-            self._paced_nap(ledger, cadence.follower_nap(now, busy_since, self.poll_interval,
-                                                         size), cadence.GLANCE_RPCS)
+            nap = cadence.follower_nap(now, busy_since, self.poll_interval, size)
+            if attempt is not None and published_in == attempt.attempt_id:
+                # its verdict may be a quarter poll away (node 0 answers the last slot fast)
+                quick = cadence.after_publish_nap(now, published_at, self.poll_interval, size)
+                nap = min(nap, quick) if quick is not None else nap
+            self._paced_nap(ledger, nap, cadence.GLANCE_RPCS)
 
     def _paced_nap(self, ledger: Optional[list[tuple[float, float]]], interval: float,
                    cost: float) -> None:
