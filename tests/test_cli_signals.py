@@ -18,6 +18,14 @@ import pytest
 AGENT = [sys.executable, "-m", "ascend_node"]
 
 
+def _as_in_a_terminal() -> None:
+    """The child's SIGINT at its default, as a program started from a terminal has it. A
+    runner that started these tests in the background of a non-interactive shell (`cmd &`)
+    passes SIGINT on ignored, and Python then installs no Ctrl-C handler: the agent keeps
+    an ignore it inherited, as `nohup` intends, and no SIGINT reaches it."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _started(proc: subprocess.Popen[str], nodes: int) -> tuple[Path, list[psutil.Process]]:
     """The workspace from the first stderr line, once every node process runs."""
     assert proc.stderr is not None
@@ -41,6 +49,7 @@ def test_a_signal_stops_every_node_and_removes_the_workspace(signum: int, code: 
     env = {k: v for k, v in os.environ.items() if k != "ASCEND_NODE_DEBUG"}
     proc = subprocess.Popen([*AGENT, "simulate", "--nodes", "3", "--devices", "1",
                              "--absent", "1", "--timeout", "90"], env=env, text=True,
+                            preexec_fn=_as_in_a_terminal,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         work, kids = _started(proc, 2)
@@ -73,6 +82,7 @@ def test_a_signal_to_a_waiting_node_is_recorded_in_status_json(tmp_path: Path, s
     write_node_data(node.data_dir, node.devices)
     status = node.state_dir / "status.json"
     proc = subprocess.Popen(node.argv, env=node.env, stderr=subprocess.PIPE,
+                            preexec_fn=_as_in_a_terminal,
                             stdout=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 120
