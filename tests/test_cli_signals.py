@@ -101,3 +101,34 @@ def test_a_signal_to_a_waiting_node_is_recorded_in_status_json(tmp_path: Path, s
     got = subprocess.run([*AGENT, "status", "--state-dir", str(node.state_dir)], text=True,
                          capture_output=True, timeout=60)
     assert got.returncode == 1 and f"exited {code}" in got.stdout, got
+
+
+def test_an_agent_started_with_sigint_ignored_keeps_waiting_and_sigterm_still_stops_it(
+        tmp_path: Path) -> None:
+    """`nohup ascend-node ...` (or `cmd &` in a script): the inherited ignore of SIGINT is
+    kept, the node goes on waiting; SIGTERM, which nohup leaves alone, still ends it (143)."""
+    import json
+
+    from ascend_node.sim.fake_tools import write_node_data
+    from tests.cluster_helpers import make_nodes
+
+    node = make_nodes(tmp_path, 2, devices=1, timeout=90)[1]
+    write_node_data(node.data_dir, node.devices)
+    status = node.state_dir / "status.json"
+    proc = subprocess.Popen(node.argv, env=node.env, stderr=subprocess.PIPE,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not status.exists():
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGINT)
+        with pytest.raises(subprocess.TimeoutExpired):
+            proc.wait(timeout=2)
+        assert json.loads(status.read_text())["state"] == "in_progress"
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 143, err
