@@ -10,9 +10,7 @@ injected clock so the timeouts cost nothing.
 from __future__ import annotations
 
 import hashlib
-import os
 import random
-import stat
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -36,6 +34,7 @@ from ascend_node.rendezvous.store import (
     read_doc,
     write_doc,
 )
+from tests.open_recorder import files_read
 from tests.rdzv_docs import RUN, data, member
 
 A = (1001, 900, 1_700_000_000_000_000_000)
@@ -172,21 +171,9 @@ def test_a_slot_rewritten_in_place_with_other_data_is_found(tmp_path, monkeypatc
 
 def _opens_of(paths: RunPaths, monkeypatch, nodes: int = NODES) -> tuple[OutcomeDoc, list[str]]:
     """Run node ME coming back to a completed attempt; the files it opened for reading."""
-    opened: list[str] = []
-    real_open = os.open
-
-    def recording_open(path, flags, *args, **kwargs):
-        fd = real_open(path, flags, *args, **kwargs)
-        if not stat.S_ISDIR(os.fstat(fd).st_mode) and not flags & (os.O_WRONLY | os.O_CREAT):
-            opened.append(Path(path).name)
-        return fd
-
     monkeypatch.setattr(random, "randint", _fixed_rng())
-    monkeypatch.setattr(os, "open", recording_open)
-    try:
+    with files_read(monkeypatch) as opened:
         outcome = come_back(paths, nodes).run()
-    finally:
-        monkeypatch.setattr(os, "open", real_open)
     return outcome, opened
 
 
@@ -229,7 +216,7 @@ def test_where_listings_cannot_be_trusted_every_slot_is_read(tmp_path, monkeypat
     listed: list[str] = []
     real_list = freshness.list_files
     monkeypatch.setattr(freshness, "attributes_are_current", lambda *a, **k: False)
-    monkeypatch.setattr("ascend_node.rendezvous.follower.list_files",
+    monkeypatch.setattr("ascend_node.rendezvous.participant.list_files",
                         lambda p: listed.append(str(p)) or real_list(p))
     monkeypatch.setattr(random, "randint", _fixed_rng())
     with pytest.raises(PeerTimeout, match=r"no longer matches worker 8 \(node 9\)"):
@@ -302,21 +289,8 @@ def _waiting(tmp_path: Path, absent: Sequence[int]) -> RunPaths:
 
 
 def _timeout_opens(paths: RunPaths, monkeypatch) -> tuple[str, list[str]]:
-    opened: list[str] = []
-    real_open = os.open
-
-    def recording_open(path, flags, *args, **kwargs):
-        fd = real_open(path, flags, *args, **kwargs)
-        if not stat.S_ISDIR(os.fstat(fd).st_mode) and not flags & (os.O_WRONLY | os.O_CREAT):
-            opened.append(Path(path).name)
-        return fd
-
-    monkeypatch.setattr(os, "open", recording_open)
-    try:
-        with pytest.raises(PeerTimeout) as caught:
-            come_back(paths).run()
-    finally:
-        monkeypatch.setattr(os, "open", real_open)
+    with files_read(monkeypatch) as opened, pytest.raises(PeerTimeout) as caught:
+        come_back(paths).run()
     return caught.value.cause, opened
 
 

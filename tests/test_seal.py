@@ -4,10 +4,8 @@ follower makes without one (issue: forged tables)."""
 from __future__ import annotations
 
 import json
-import os
 import pickle
 import random
-import stat
 import time
 from pathlib import Path
 
@@ -37,6 +35,7 @@ from ascend_node.rendezvous.store import (
     read_slot,
     write_doc,
 )
+from tests.open_recorder import files_read
 from tests.rdzv_docs import RUN, data, member
 
 SECRET = b"a3f9c2e17b5d4e08a6c1f2e3d4b5a697"
@@ -250,15 +249,6 @@ def test_acceptance_reads_each_slot_once_and_nothing_more_per_poll(tmp_path, mon
             create_doc(paths.slot("a1", m.data.global_index), m, tmp_path)
     # Outside node 5's sample (0, 6, 7 and the picks 1-4 below): only the listing names them.
     replaced = [nodes - 2 - k for k in range(changed)]
-    opened: list[str] = []
-    real_open = os.open
-
-    def recording_open(path, flags, *args, **kwargs):
-        fd = real_open(path, flags, *args, **kwargs)
-        if not stat.S_ISDIR(os.fstat(fd).st_mode) and not flags & (os.O_WRONLY | os.O_CREAT):
-            opened.append(Path(path).name)
-        return fd
-
     polls = 0
 
     def sleep(_s: float) -> None:
@@ -276,10 +266,9 @@ def test_acceptance_reads_each_slot_once_and_nothing_more_per_poll(tmp_path, mon
     picks = iter(range(1, 100))
     monkeypatch.setattr(random, "randint", lambda a, b: next(picks))
     ident = NodeIdentity("worker", 4, 1, nodes - 1, data(5).pod_ip, data(5).host_ip, "uid-5")
-    monkeypatch.setattr(os, "open", recording_open)
-    outcome = Rendezvous(paths, ident, data(5), deadline=time.monotonic() + 60, timeout=60,
-                         progress_interval=1e9, sleep=sleep).run()
-    monkeypatch.setattr(os, "open", real_open)
+    with files_read(monkeypatch) as opened:
+        outcome = Rendezvous(paths, ident, data(5), deadline=time.monotonic() + 60,
+                             timeout=60, progress_interval=1e9, sleep=sleep).run()
     assert outcome.result == "table"
     slot_reads = [n for n in opened if n.startswith("node-")]
     others = [n for n in slot_reads if n != "node-5.json"]

@@ -18,7 +18,6 @@ from typing import Optional
 
 from ascend_node.errors import ClusterInconsistent, PeerTimeout, SharedVolumeError
 from ascend_node.rendezvous import cadence, decide
-from ascend_node.rendezvous.freshness import list_files
 from ascend_node.rendezvous.models import (
     AttemptDoc,
     ConflictDoc,
@@ -278,19 +277,10 @@ class Follower(Participant):
 
     def _changed_since_verdict(self, attempt_id: str, outcome: OutcomeDoc) -> list[int]:
         """The table's nodes whose slot changed since node 0 read it, from one listing
-        of the attempt directory (READDIRPLUS on NFS: many entries per RPC, where a slot
-        read costs 3-4). Where listings cannot be trusted (FUSE: `attributes_current`)
-        every node, as when the outcome records no stamps (then nothing is listed)."""
-        listed: Optional[dict[int, tuple[int, int, int]]] = None
+        of the attempt directory (`_listed_slots`). Where listings cannot be trusted
+        (FUSE) every node, as when the outcome records no stamps (then nothing is listed)."""
         stamped = any(record.slot_stamp is not None for record in outcome.members)
-        if stamped and self.fresh.attributes_current:
-            directory = self.fresh.file(self.paths.slot(attempt_id, 0)).parent
-            files = list_files(directory)
-            if files is not None:
-                names = {self.paths.slot(attempt_id, record.global_index).name:
-                         record.global_index for record in outcome.members}
-                listed = {names[name]: stamp for name, stamp in files.items()
-                          if name in names}
+        listed = self._listed_slots(attempt_id) if stamped else None
         return decide.changed_since_verdict(outcome.members, listed)
 
     def _cross_check_reads(self, attempt_id: str, node0_seen: dict[str, decide.SlotState]

@@ -255,6 +255,20 @@ class Participant:
                 out.append(record.global_index)
         return out
 
+    def _listed_slots(self, attempt_id: str) -> Optional[dict[int, tuple[int, int, int]]]:
+        """Each node's slot file in the attempt directory -> its (inode, size, mtime_ns),
+        from one listing (READDIRPLUS on NFS: many entries per RPC, where reading a slot
+        costs 3-4). None where listings cannot be trusted (FUSE: `attributes_current`)
+        or the directory cannot be listed: the caller then reads slot by slot."""
+        if not self.fresh.attributes_current:
+            return None
+        files = list_files(self.fresh.file(self.paths.slot(attempt_id, 0)).parent)
+        if files is None:
+            return None
+        names = {self.paths.slot(attempt_id, index).name: index
+                 for index in range(self.identity.node_count)}
+        return {names[name]: stamp for name, stamp in files.items() if name in names}
+
     def _missing_now(self, attempt_id: str) -> list[int]:
         """Nodes without a valid member document in the attempt, afresh. From one listing
         when it can be trusted and shows slots absent: those are the missing nodes, and no
@@ -262,14 +276,12 @@ class Participant:
         N^2). Otherwise — every slot there (then node 0's verdict, or an unusable slot,
         is what is missing), or FUSE — every slot is read (O(N))."""
         self.fresh.new_poll()
-        if self.fresh.attributes_current:
-            directory = self.fresh.file(self.paths.slot(attempt_id, 0)).parent
-            files = list_files(directory)
-            if files is not None:
-                absent = [index for index in range(self.identity.node_count)
-                          if self.paths.slot(attempt_id, index).name not in files]
-                if absent:
-                    return absent
+        listed = self._listed_slots(attempt_id)
+        if listed is not None:
+            absent = [index for index in range(self.identity.node_count)
+                      if index not in listed]
+            if absent:
+                return absent
         return [index for index in range(self.identity.node_count)
                 if not isinstance(self._slot_state(attempt_id, index), MemberDoc)]
 
