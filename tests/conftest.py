@@ -7,13 +7,17 @@ speaks the format a real driver printed, not one we imagined.
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Callable
 
 import pytest
 
 from tests.netns_bed import Netns, open_bed
+from tests.nobody_python import build, open_temp_dir
 
 HCCN_FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "hccn"
 
@@ -64,3 +68,22 @@ def hccn_capture() -> Callable[[str], dict[str, str]]:
 def netns(request: pytest.FixtureRequest) -> Netns:
     """Pods in their own network namespaces (tests/netns_bed.py); root only, else a skip."""
     return open_bed(request)
+
+
+@pytest.fixture(scope="session")
+def nobody_python() -> Iterator[Path]:
+    """A root-owned venv under an open temp dir, with this checkout's agent, that uid 65534
+    can run wherever the checkout lives (tests/nobody_python.py; issue 40). Root and
+    setpriv only, else a skip; so is a machine with no Python uid 65534 may read."""
+    if os.geteuid() != 0 or not shutil.which("setpriv"):
+        pytest.skip("runs the agent as another uid (root, setpriv)")
+    root = open_temp_dir("ascend-node-nobody-py-")
+    if isinstance(root, str):
+        pytest.skip(root)
+    try:
+        python = build(root)
+        if isinstance(python, str):
+            pytest.skip(python)
+        yield python
+    finally:
+        shutil.rmtree(root, ignore_errors=True)

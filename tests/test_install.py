@@ -28,6 +28,8 @@ from ascend_node.handoff.install import (
 sys.path.insert(0, str(Path(__file__).parent))
 from wheel_builder import build_wheel
 
+from tests.nobody_python import open_temp_dir
+
 
 @pytest.fixture(scope="session")
 def venv_python(tmp_path_factory: pytest.TempPathFactory) -> str:
@@ -237,25 +239,18 @@ def test_default_python_is_the_current_interpreter() -> None:
 NOBODY = 65534
 
 
-SYSTEM_PYTHON = "/usr/bin/python3"  # one that uid 65534 may run (this tree's may be root's)
-
-
-@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv")
-                    or not os.access(SYSTEM_PYTHON, os.X_OK),
-                    reason="installs as another uid (root, setpriv, /usr/bin/python3)")
-def test_a_non_root_agent_installs_under_its_state_dir_and_the_server_finds_it() -> None:
+def test_a_non_root_agent_installs_under_its_state_dir_and_the_server_finds_it(
+        nobody_python: Path) -> None:
     """uid 65534 with HOME=/ (what a MindIE image's uid 1001 often has): pip's own user
     fallback would fail on '/.local'; the wheel goes under the state dir instead, first on
-    the server's PYTHONPATH. A venv whose site-packages belongs to root, as an
-    image's interpreter's does."""
-    import tempfile
-
-    work = Path(tempfile.mkdtemp(prefix="ascend-node-nonroot-"))  # /tmp: nobody may enter
+    the server's PYTHONPATH. The agent runs from `nobody_python`: a venv whose
+    site-packages belongs to root, as an image's interpreter's does, that uid 65534 can
+    read wherever this checkout lives (issue 40)."""
+    work = open_temp_dir("ascend-node-nonroot-")  # pytest's tmp_path is root's, 0700
+    if isinstance(work, str):
+        pytest.skip(work)
     try:
-        os.chmod(work, 0o755)
-        subprocess.run([SYSTEM_PYTHON, "-m", "venv", str(work / "venv")], check=True,
-                       timeout=120)
-        python = str(work / "venv" / "bin" / "python")
+        python = str(nobody_python)
         wheels = work / "wheels"
         wheels.mkdir()
         build_wheel(wheels, version="1.0.0", mark="nonroot")
@@ -269,8 +264,7 @@ def test_a_non_root_agent_installs_under_its_state_dir_and_the_server_finds_it()
                   f"r = install_atb_wheel([{str(wheels)!r}], {str(state)!r})\n"
                   "print(json.dumps({'ran': r.pip_ran, 'env': dict(r.env), "
                   "'reason': r.reason}))\n")
-        env = {"PATH": os.environ["PATH"], "HOME": "/",
-               "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+        env = {"PATH": os.environ["PATH"], "HOME": "/"}
 
         def as_nobody(*argv: str, **extra: str) -> subprocess.CompletedProcess[str]:
             return subprocess.run(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}",

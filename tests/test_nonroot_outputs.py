@@ -9,7 +9,6 @@ import json
 import os
 import shutil
 import subprocess
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -27,6 +26,7 @@ from ascend_node.statedir import (
     unusable_dir,
 )
 from tests.cluster_helpers import explain
+from tests.nobody_python import open_temp_dir
 
 NOBODY = 65534
 needs_root = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"),
@@ -68,8 +68,9 @@ def test_writable_default_stays_where_it_is(tmp_path: Path) -> None:
 @pytest.fixture
 def open_dir() -> Iterator[Path]:
     """A work dir uid 65534 can use (pytest's tmp_path is root's, mode 0700)."""
-    path = Path(tempfile.mkdtemp(prefix="an-nonroot-"))
-    path.chmod(0o755)
+    path = open_temp_dir("an-nonroot-")
+    if isinstance(path, str):
+        pytest.skip(path)
     try:
         yield path
     finally:
@@ -83,7 +84,10 @@ def _open_up(path: Path) -> None:
             os.chmod(os.path.join(root, name), 0o777)
 
 
-def nobody_node(work: Path, nodes: int = 1, **env: str) -> SimNode:
+def nobody_node(work: Path, python: Path, nodes: int = 1, **env: str) -> SimNode:
+    """Node 0 of a simulated job, its agent run as uid 65534 by `python` (the
+    `nobody_python` fixture's: this checkout's own venv may sit where that uid cannot
+    read, issue 40)."""
     spec = SimSpec(nodes=nodes, devices=2, run_id="nr", timeout=60)
     shared = work / "shared"
     shared.mkdir()
@@ -91,6 +95,8 @@ def nobody_node(work: Path, nodes: int = 1, **env: str) -> SimNode:
     for name in ("ASCEND_NODE_STATE_DIR", "ASCEND_NODE_MASTER_FILE",
                  "ASCEND_NODE_WORLD_SIZE_FILE"):
         node.env.pop(name)  # the image's defaults: /run/ascend-node, /master, /world_size
+    node.env.pop("PYTHONPATH", None)  # the agent comes from `python`'s venv alone
+    node.argv[0] = str(python)
     node.env["XDG_RUNTIME_DIR"] = str(work / "xdg")
     node.env.update(env)
     (work / "xdg").mkdir()
@@ -107,8 +113,9 @@ def _as_nobody(*argv: str, env: dict[str, str]) -> subprocess.CompletedProcess[s
 
 @needs_root
 @pytest.mark.multiprocess
-def test_non_root_defaults_fall_back_under_the_runtime_dir(open_dir: Path) -> None:
-    node = nobody_node(open_dir)
+def test_non_root_defaults_fall_back_under_the_runtime_dir(open_dir: Path,
+                                                          nobody_python: Path) -> None:
+    node = nobody_node(open_dir, nobody_python)
     node.state_dir.parent.mkdir(parents=True, exist_ok=True)
     _open_up(open_dir)
     (result,) = launch([node], 60)
@@ -136,11 +143,11 @@ def test_non_root_defaults_fall_back_under_the_runtime_dir(open_dir: Path) -> No
 @pytest.mark.parametrize("var", ["ASCEND_NODE_MASTER_FILE", "ASCEND_NODE_WORLD_SIZE_FILE",
                                  "ASCEND_NODE_STATE_DIR"])
 def test_an_explicit_path_it_cannot_write_ends_it_before_the_rendezvous(
-        open_dir: Path, var: str) -> None:
+        open_dir: Path, nobody_python: Path, var: str) -> None:
     """Two nodes, only this one started: it must not wait its 60 s for a peer, nor leave
     anything in the rendezvous directory for one to find."""
     target = "/root-only/x" if var != "ASCEND_NODE_STATE_DIR" else "/run/root-only"
-    node = nobody_node(open_dir, nodes=2, **{var: target})
+    node = nobody_node(open_dir, nobody_python, nodes=2, **{var: target})
     node.state_dir.parent.mkdir(parents=True, exist_ok=True)
     _open_up(open_dir)
     (result,) = launch([node], 60)
