@@ -58,7 +58,9 @@ def mindspore_venv() -> Union[Path, str]:
 
 
 def torch_venv() -> Union[Path, str]:
-    """The CPU build first; PyPI's CUDA build of the same release if that is what is there."""
+    """The CPU build (from pip's find-links) first, else PyPI's build of the same release
+    with its CUDA libraries, which scripts/ci-setup-launchers installs where the CPU wheel
+    is not to be had."""
     version = versions()["TORCH_VERSION"]
     plain: Optional[str] = version.split("+", 1)[0] if "+" in version else None
     return find_venv("torch", [version] + ([plain] if plain else []))
