@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.nobody_python import closed_dir, open_temp_dir
+
 ROOT = Path(__file__).resolve().parents[1]
 
 # Every test that starts the agent as uid 65534 (grep setpriv tests/); 5 cases in all.
@@ -73,3 +75,29 @@ def test_the_non_root_cases_pass_from_a_checkout_under_a_0700_directory() -> Non
         assert "5 passed" in run.stdout.splitlines()[-1], tail  # none skipped
     finally:
         shutil.rmtree(private, ignore_errors=True)
+
+
+def test_the_directory_that_keeps_other_users_out_is_named() -> None:
+    """What a skip of the non-root tests names (tests/nobody_python.py): the first
+    directory on the way that others may not enter; a missing one counts as closed."""
+    root = open_temp_dir("ascend-node-closed-")
+    assert isinstance(root, Path), root
+    try:
+        (root / "a" / "b").mkdir(parents=True)
+        (root / "a" / "b" / "f").write_text("")
+        (root / "link").symlink_to(root / "a" / "b")
+        cases = [  # (mode of a, mode of a/b, path asked about, expected)
+            (0o755, 0o755, root / "a" / "b" / "f", None),
+            (0o711, 0o711, root / "a" / "b" / "f", None),  # entering is enough
+            (0o755, 0o700, root / "a" / "b" / "f", root / "a" / "b"),
+            (0o700, 0o700, root / "a" / "b" / "f", root / "a"),  # the first one
+            (0o755, 0o700, root / "a" / "b", root / "a" / "b"),  # the path itself
+            (0o755, 0o700, root / "link" / "f", root / "a" / "b"),  # where a link leads
+            (0o755, 0o755, root / "a" / "gone" / "f", root / "a" / "gone"),
+        ]
+        for mode_a, mode_b, path, expected in cases:
+            (root / "a").chmod(mode_a)
+            (root / "a" / "b").chmod(mode_b)
+            assert closed_dir(path) == expected, (oct(mode_a), oct(mode_b), path)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
