@@ -76,7 +76,8 @@ def base_interpreter() -> Union[Path, str]:
         closed = closed_dir(Path(candidate)) or closed_dir(prefix)
         if closed is None:
             return Path(candidate)
-        reasons.append(f"{candidate}: directory {closed} is closed to other users")
+        reasons.append(f"{candidate} (Python in {prefix}): directory {closed} is closed to "
+                       "other users")
     return (f"no Python {xy} that uid {NOBODY} can run: "
             + ("; ".join(reasons) or "none of " + ", ".join(candidates) + " exists"))
 
