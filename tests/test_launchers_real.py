@@ -107,6 +107,13 @@ def make_job(tmp: Path, netns: Netns, venv: Path, launcher: str, command: list[s
     return Job(sims, addresses, out, tmp / "shared")
 
 
+def output(node: SimNode) -> str:
+    """Everything the launcher and its workers printed on `node` (its logs and stdout)."""
+    cwd = node.state_dir.parent
+    return "".join(p.read_text(errors="replace")
+                   for p in [*sorted(cwd.glob("*.log")), cwd / "stdout.txt"] if p.exists())
+
+
 def logs(job: Job, results: list[NodeResult]) -> str:
     """Agent stderr, then what the launcher and its workers printed, for a failure message."""
     parts = [explain(results)]
@@ -170,6 +177,10 @@ def test_a_job_failing_on_one_node_ends_both_nodes_non_zero(
     results = run(job.nodes, timeout=120)
     assert all(code != 0 for code in codes(results)), logs(job, results)
     assert job.records() == [], "no rank may finish the collective"
+    # the failure is the one asked for, not a launcher that could not even start its job
+    # (a torch that cannot import would also end both nodes non-zero)
+    assert f"job: failing on purpose on {SUBNET}.11" in output(job.nodes[1]), \
+        logs(job, results)
     print(f"{launcher}: exits {codes(results)} after "
           f"{', '.join(f'{r.seconds:.1f}' for r in results)} s")
 
@@ -256,3 +267,7 @@ def test_torchrun_on_a_node_without_torchrun_ends_the_other_within_the_agents_ti
     print(f"node 0: PET_RDZV_CONF=timeout={waited}, ended after {results[0].seconds:.1f} s "
           f"(agent timeout {timeout} s; torchrun's default wait is 600 s)")
     assert results[0].seconds < waited + 150, "torchrun must give up on its own"
+    # and it gave up in its rendezvous, waiting for node 1 (a torch that cannot even
+    # import would also end node 0 non-zero, quickly)
+    assert "waiting for clients. 1/2 clients joined" in results[0].stderr, \
+        results[0].stderr[-2000:]
