@@ -29,6 +29,7 @@ from ascend_node.handoff.mindie_startup import (
     MODEL_NAME_RULE,
     model_name_ok,
 )
+from ascend_node.manifest_mounts import HOST_MOUNTS, STATE_MOUNT, check_mount_path, under
 
 Kind = Literal["mindie", "training"]
 KINDS = ("mindie", "training")
@@ -237,6 +238,7 @@ def validate(p: ManifestParams) -> None:
             f"model path {p.model_path!r} is not an absolute path of [0-9A-Za-z_./-]",
             "MindIE refuses other characters in paths; e.g. /mnt/model",
         )
+    check_mount_path("--model-path", p.model_path, "/mnt/model")
     _check_resource("--npu-resource", p.npu_resource)
     if p.rdma_resource is not None:
         _check_resource("--rdma-resource", p.rdma_resource)
@@ -283,11 +285,6 @@ def _safe_path(value: object) -> bool:
             and value.rstrip("/") != "" and ".." not in value.split("/"))
 
 
-def _under(path: str, mount: str) -> bool:
-    path, mount = path.rstrip("/"), mount.rstrip("/")
-    return path == mount or path.startswith(mount + "/")
-
-
 def _check_model(p: ManifestParams) -> None:
     if p.model_name is not None and (not isinstance(p.model_name, str)
                                      or not model_name_ok(p.model_name)):
@@ -307,14 +304,16 @@ def _check_model(p: ManifestParams) -> None:
     if not _safe_path(p.model_dir):
         raise UsageError(f"--model-dir {p.model_dir!r} is not an absolute path of "
                           "[0-9A-Za-z_./-]", "MindIE refuses other characters in paths")
-    if p.model_pvc is None and not _under(p.model_dir, p.model_path):
+    if p.model_pvc is not None:
+        check_mount_path("--model-dir", p.model_dir, "/mnt/weights")  # --model-pvc mounts it there
+    if p.model_pvc is None and not under(p.model_dir, p.model_path):
         raise UsageError(
             f"--model-dir {p.model_dir} is outside every volume of the pod (the PVC is "
             f"mounted at {p.model_path})",
             f"give a directory under {p.model_path}, or mount the weights' own claim "
             "there with --model-pvc NAME")
-    if p.model_pvc is not None and (_under(p.model_dir, p.model_path)
-                                    or _under(p.model_path, p.model_dir)):
+    if p.model_pvc is not None and (under(p.model_dir, p.model_path)
+                                    or under(p.model_path, p.model_dir)):
         raise UsageError(f"--model-dir {p.model_dir} with --model-pvc overlaps the shared "
                           f"PVC's mount {p.model_path}",
                           "mount the weights' claim elsewhere, e.g. /mnt/weights")
@@ -562,7 +561,6 @@ def _container(p: ManifestParams, role: str) -> dict[str, Any]:
     return c
 
 
-STATE_MOUNT = "/run/ascend-node"  # the agent's default state dir (statedir.DEFAULT_STATE_DIR)
 
 
 def _init_container(p: ManifestParams, role: str) -> dict[str, Any]:
@@ -611,10 +609,8 @@ def _mounts(p: ManifestParams, agent: bool, server: bool = True) -> list[dict[st
     if _state_volume(p):
         mounts.append({"name": "ascend-node-state", "mountPath": STATE_MOUNT})
     if p.mount_driver:
-        mounts += [
-            {"name": "ascend-driver", "mountPath": "/usr/local/Ascend/driver", "readOnly": True},
-            {"name": "hccn-conf", "mountPath": "/etc/hccn.conf", "readOnly": True},
-        ]
+        mounts += [{"name": name, "mountPath": path, "readOnly": True}
+                   for name, path, _ in HOST_MOUNTS]
     if agent and p.rendezvous_key_secret is not None:
         mounts.append({"name": "rendezvous-key", "mountPath": KEY_MOUNT_DIR, "readOnly": True})
     if server and p.tls_secret is not None:
@@ -684,11 +680,10 @@ def _volumes(p: ManifestParams) -> list[dict[str, Any]]:
     if _state_volume(p):
         vols.append({"name": "ascend-node-state", "emptyDir": {}})
     if p.mount_driver:
-        vols += [
-            {"name": "ascend-driver",
-             "hostPath": {"path": "/usr/local/Ascend/driver", "type": "Directory"}},
-            {"name": "hccn-conf", "hostPath": {"path": "/etc/hccn.conf", "type": "File"}},
-        ]
+        # The node's vendor tools, read-only, typed so that a node without one fails the
+        # pod at mount time (manifest_mounts.HOST_MOUNTS says whose instructions these are).
+        vols += [{"name": name, "hostPath": {"path": path, "type": kind}}
+                 for name, path, kind in HOST_MOUNTS]
     if p.rendezvous_key_secret is not None:
         vols.append({"name": "rendezvous-key", "secret": {
             "secretName": p.rendezvous_key_secret, "defaultMode": 0o440,

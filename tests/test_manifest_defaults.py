@@ -13,6 +13,7 @@ from typing import Any
 
 import kubernetes_validate
 import pytest
+import yaml
 from typer.testing import CliRunner
 
 from ascend_node.cli import app
@@ -167,6 +168,55 @@ def test_bad_manifest_flags_are_usage_errors_naming_the_flag(args: list[str], na
     errors = [ln for ln in result.output.splitlines() if ln.startswith("ascend-node: error:")]
     assert len(errors) == 1 and named in errors[0], result.output
     assert "apiVersion" not in result.output  # nothing half-written
+
+
+# A path option that would become a mountPath colliding with another mount (the API server
+# rejects two volumeMounts at one path) or hiding the image's system: refused, naming both.
+COLLIDING = [
+    (["--model-path", "/dev/shm"], "--model-path /dev/shm is where the pod mounts its shared"),
+    (["--model-path", "/dev/shm/"], "--model-path /dev/shm/ is where the pod mounts its shared"),
+    (["--model-path", "/dev/shm/m"], "is inside /dev/shm"),
+    (["--model-path", "/etc"], "--model-path /etc is a system directory"),
+    (["--model-path", "/usr"], "--model-path /usr is a system directory"),
+    (["--model-path", "/usr/local/Ascend"], "holds /usr/local/Ascend/driver, where the pod"),
+    (["--model-path", "/var/run"], "--model-path /var/run is a system directory"),
+    (["--model-path", "/proc/model"], "is under /proc"),
+    (["--model-path", "/run/ascend-node"], "the agent's state dir"),
+    (["--model-path", "/etc/ascend-node"], "/etc/ascend-node"),
+    (["--model-path", "/usr/local/Ascend/driver/model"], "is inside /usr/local/Ascend/driver"),
+    (["--model-path", "/usr/local/Ascend/mindie"], "the image's CANN/MindIE install"),
+    (["--model-path", "/etc/hccn.conf"], "/etc/hccn.conf"),
+    (["--model-path", "/etc/volcano"], "Volcano's svc plugin"),
+    (["--model-pvc", "w", "--model-dir", "/dev/shm"], "--model-dir /dev/shm is where"),
+    (["--model-pvc", "w", "--model-dir", "/etc"], "--model-dir /etc is a system directory"),
+    (["--kind", "training", "--model-path", "/tmp", "--", "t.py"], "--model-path /tmp is a"),
+    (["--kind", "mindie-pd", "--model-path", "/dev/shm"], "--model-path /dev/shm is where"),
+]
+
+
+@pytest.mark.parametrize(("args", "named"), COLLIDING)
+def test_a_path_that_collides_with_a_mount_is_refused_naming_both(args: list[str], named: str
+                                                                  ) -> None:
+    nodes = [] if "mindie-pd" in args else ["--nodes", "2"]
+    result = CliRunner().invoke(app, ["manifest", "--name", "j", *nodes, "--image", "i",
+                                      "--pvc", "p", *args])
+    assert result.exit_code == 2, result.output
+    errors = [ln for ln in result.output.splitlines() if ln.startswith("ascend-node: error:")]
+    assert len(errors) == 1 and named in errors[0], result.output
+    assert "hint: give --model-" in result.output
+    assert "apiVersion" not in result.output  # nothing half-written
+
+
+@pytest.mark.parametrize("path", ["/mnt/model", "/data/models", "/etc/model", "/opt/models",
+                                  "/usr/local/model", "/home/m"])
+def test_a_path_of_its_own_still_renders(path: str) -> None:
+    result = CliRunner().invoke(app, ["manifest", "--name", "j", "--nodes", "2", "--image", "i",
+                                      "--pvc", "p", "--model-path", path])
+    assert result.exit_code == 0, result.output
+    for pod in pods(yaml.safe_load(result.output)).values():
+        for c in [*pod["spec"].get("initContainers", []), *pod["spec"]["containers"]]:
+            paths = [m["mountPath"] for m in c["volumeMounts"]]
+            assert len(paths) == len(set(paths)), paths
 
 
 def test_usage_error_class() -> None:
