@@ -29,6 +29,7 @@ from ascend_node.handoff.mindie_startup import (
     MODEL_NAME_RULE,
     model_name_ok,
 )
+from ascend_node.handoff.serving import DEFAULT_MANAGEMENT_PORT, LIVE_PATH, READY_PATH
 from ascend_node.manifest_mounts import HOST_MOUNTS, STATE_MOUNT, check_mount_path, under
 
 Kind = Literal["mindie", "training"]
@@ -553,12 +554,57 @@ def _container(p: ManifestParams, role: str) -> dict[str, Any]:
     c["terminationMessagePolicy"] = "FallbackToLogsOnError"
     c["volumeMounts"] = _mounts(p, agent=not p.init_container)
     if p.init_container:
-        # The server's image need not have the agent: no probe that runs it.
+        # The server's image need not have the agent: the same probes, asked by the kubelet.
         for name in ("startupProbe", "readinessProbe", "livenessProbe"):
-            probe = c.get(name)
-            if probe and probe.get("exec", {}).get("command", [""])[0] == "ascend-node":
-                del c[name]
+            c.pop(name, None)
+        c.update(_server_probes(p, role))
+        # MindIE's own variable (as for a PD server, pd/server_config.py): its management
+        # server listens on the pod IP, where the kubelet's httpGet reaches it, whatever
+        # managementIpAddress the image's config.json has (127.0.0.2 as shipped).
+        c["env"] = [*c["env"], _field_env(MANAGEMENT_IP_ENV, "status.podIP")]
     return c
+
+
+MANAGEMENT_IP_ENV = "MIES_CONTAINER_MANAGEMENT_IP"
+# A worker's startup probe without the agent: MindIE's readiness as its master answers it,
+# one HTTP/1.0 GET over bash's /dev/tcp (the server image has bash: its command is bash).
+_ASK_MASTER = (
+    f"m=$(cat {STATE_MOUNT}/master) && exec 3<>/dev/tcp/$m/{DEFAULT_MANAGEMENT_PORT} && "
+    f"printf 'GET {READY_PATH} HTTP/1.0\\r\\nHost: %s\\r\\n\\r\\n' \"$m\" >&3 && "
+    "read -r -t 8 _ code _ <&3 && [ \"$code\" = 200 ]"
+)
+
+
+def _server_probes(p: ManifestParams, role: str) -> dict[str, Any]:
+    """The init-container variant's probes: `_probes`' schedule, asked by the kubelet itself
+    (`httpGet`, https unverified as MindIE's certificates name no pod) of MindIE's
+    management port, since the server's image has no agent to run `status --serving`.
+    A slave's own endpoint is not established (docs/deploy.md, "Probes"), so a worker asks
+    the master, as `status --serving` does for a slave: bash's /dev/tcp to the master IP
+    the init container left, plain http only (with --https a worker has no probe)."""
+    load = DEFAULT_LOAD_TIMEOUT_S if p.load_timeout is None else p.load_timeout
+    scheme = "HTTPS" if p.https else "HTTP"
+    startup_failures = startup_failure_threshold(0, load, SERVING_STARTUP_PERIOD_S)
+    if role != "master":
+        if p.https:
+            return {}
+        return {"startupProbe": {"exec": {"command": ["bash", "-c", _ASK_MASTER]},
+                                 "periodSeconds": SERVING_STARTUP_PERIOD_S,
+                                 "timeoutSeconds": PROBE_TIMEOUT_S,
+                                 "failureThreshold": startup_failures}}
+
+    def get(path: str, period: int, failures: int) -> dict[str, Any]:
+        return {"httpGet": {"path": path, "port": DEFAULT_MANAGEMENT_PORT, "scheme": scheme},
+                "periodSeconds": period, "timeoutSeconds": PROBE_TIMEOUT_S,
+                "failureThreshold": failures}
+
+    # The init container's wait for its peers is over when this container starts: the
+    # window is the weight load and the grace, as in `_probes` less the peer wait.
+    return {
+        "startupProbe": get(READY_PATH, SERVING_STARTUP_PERIOD_S, startup_failures),
+        "readinessProbe": get(READY_PATH, SERVING_READINESS_PERIOD_S, READINESS_FAILURES),
+        "livenessProbe": get(LIVE_PATH, LIVENESS_PERIOD_S, LIVENESS_FAILURES),
+    }
 
 
 
@@ -574,10 +620,16 @@ def _init_container(p: ManifestParams, role: str) -> dict[str, Any]:
     ]
     if p.run_as_user is not None:
         env.append({"name": "ASCEND_NODE_FILE_OWNER", "value": f"{p.run_as_user}:{p.run_as_user}"})
+    amounts = {p.npu_resource: str(p.npus_per_node)}
     c: dict[str, Any] = {
         "name": "ranktable", "image": p.init_image or p.image,
         "imagePullPolicy": "IfNotPresent",
         "command": ["ascend-node", "ranktable"], "env": env,
+        # The same NPUs as the server: the device plugin gives a container only what it
+        # requests (no request: no ASCEND_VISIBLE_DEVICES, no /dev/davinciN), and the
+        # kubelet's device manager hands an init container's devices on to the app
+        # containers (docs/deploy.md, "Init container").
+        "resources": {"limits": dict(amounts), "requests": dict(amounts)},
         "terminationMessagePolicy": "FallbackToLogsOnError",
         "volumeMounts": _mounts(p, agent=True, server=False),
     }

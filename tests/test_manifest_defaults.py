@@ -283,6 +283,47 @@ def test_init_container_variant() -> None:
             assert command[0] != "ascend-node"  # the server's image need not have the agent
 
 
+def test_init_container_requests_the_npus_the_server_does() -> None:
+    # Issue 36: the device plugin gives a container only the devices it requests; without a
+    # request the init container had no ASCEND_VISIBLE_DEVICES and `ranktable` exited 1.
+    for pod in pods(job(init_container=True, npus_per_node=4,
+                        rdma_resource="rdma/hca")).values():
+        (init,) = pod["spec"]["initContainers"]
+        (c,) = pod["spec"]["containers"]
+        npus = {"huawei.com/Ascend910": "4"}
+        assert init["resources"] == {"limits": npus, "requests": npus}
+        assert c["resources"]["limits"]["huawei.com/Ascend910"] == "4"
+
+
+def test_init_container_server_gets_the_probes_of_the_plain_variant() -> None:
+    # Issue 36: the server container had no probe, so it was Ready while weights loaded.
+    # The same schedule as the plain variant, asked by the kubelet (no agent in the image).
+    plain = pods(job(load_timeout=600))
+    for role, pod in pods(job(init_container=True, load_timeout=600)).items():
+        (c,) = pod["spec"]["containers"]
+        (reference,) = plain[role]["spec"]["containers"]
+        assert set(k for k in c if k.endswith("Probe")) == set(
+            k for k in reference if k.endswith("Probe"))
+        for kind in ("startupProbe", "readinessProbe", "livenessProbe"):
+            if kind not in c:
+                continue
+            for key in ("periodSeconds", "timeoutSeconds"):
+                assert c[kind][key] == reference[kind][key]
+        assert {"name": "MIES_CONTAINER_MANAGEMENT_IP",
+                "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}} in c["env"]
+        if role == "master":
+            assert c["readinessProbe"]["httpGet"] == {
+                "path": "/v2/health/ready", "port": 1026, "scheme": "HTTP"}
+            assert c["livenessProbe"]["httpGet"]["path"] == "/v2/health/live"
+            assert c["startupProbe"]["failureThreshold"] * 3 >= 600 + 300
+        else:
+            assert c["startupProbe"]["exec"]["command"][:2] == ["bash", "-c"]
+            assert "/run/ascend-node/master" in c["startupProbe"]["exec"]["command"][2]
+    https = pods(job(init_container=True, https=True, tls_secret="certs"))["master"]
+    (c,) = https["spec"]["containers"]
+    assert c["readinessProbe"]["httpGet"]["scheme"] == "HTTPS"
+
+
 # --- training through the agent ---------------------------------------------------------------
 
 def test_training_runs_msrun_through_the_agent_with_its_options() -> None:

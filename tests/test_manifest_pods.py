@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import importlib.util
 import itertools
+import json
 import os
 import secrets as random_source
 import subprocess
@@ -24,7 +25,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import pytest
 import yaml
@@ -129,7 +130,8 @@ class Run:
     """A rendered Job on the kubelet bed, with its PVC and the fake daemon's marks."""
 
     def __init__(self, bed: Any, job: dict[str, Any], load_s: float = LOAD_S,
-                 secrets: Any = None, flags: tuple[str, ...] = ()) -> None:
+                 secrets: Any = None, flags: tuple[str, ...] = (),
+                 server_config: Optional[dict[str, Any]] = None) -> None:
         self.bed, self.job = bed, job
         self.shared = bed.work / "pvcs" / job["metadata"]["name"]
         subprocess.run(["rm", "-rf", str(self.shared)], check=True)
@@ -146,11 +148,19 @@ class Run:
         if uid is not None:
             subprocess.run(["chown", "-R", f"{uid}:{uid}", str(self.shared)], check=True)
 
+        extra: dict[str, str] = {}
+        if server_config is not None:
+            # A MindIE config.json the platform engineer prepared (the init-container
+            # variant patches none), named by MindIE's own variable.
+            (self.shared / SIM_DIR / "mindie-config.json").write_text(json.dumps(server_config))
+            (self.shared / SIM_DIR / "mindie-config.json").chmod(0o640)
+            extra["MIES_CONFIG_JSON_PATH"] = f"{MODEL_PATH}/{SIM_DIR}/mindie-config.json"
+
         def fakes(plan: PodPlan) -> dict[str, str]:
             return {"ASCEND_NODE_SIM_DATA": "/usr/local/Ascend/driver/sim-data",
                     "ASCEND_NODE_SIM_SERVE": "health", "ASCEND_NODE_SIM_LOAD_S": str(load_s),
                     "ASCEND_NODE_SIM_REPORT": f"{MODEL_PATH}/{SIM_DIR}/{plan.name}",
-                    "PYTHONUNBUFFERED": "1"}
+                    "PYTHONUNBUFFERED": "1", **extra}
 
         self.kb = KubeletBed(bed, job, next(SUBNETS), {"model": self.shared}, secrets,
                              extra_env=fakes, node_files=node_files)
@@ -265,3 +275,38 @@ def test_an_abnormal_mindie_turns_unready_then_liveness_ends_the_pod(bed: Any) -
         assert pod.exit_code == 143, run.kb.describe()  # SIGTERM via tini, inside the grace
         assert unready - t0 < live.period * live.failure_threshold
         assert "Daemon start success!" in bed.logs(pod.name)
+
+
+def test_the_init_container_variant_sees_its_npus_and_is_ready_only_once_mindie_is(
+        bed: Any) -> None:
+    """Issue 36: `--init-container` as rendered. The init container requests the server's
+    NPUs (the device plugin gives none to a container that does not: `ranktable` exited 1,
+    "no NPU visible"), and the server container, whose image need not have the agent, gets
+    the plain variant's probes asked by the kubelet: no pod Ready while MindIE loads."""
+    job = render("pods-init", 2, "--init-container", "--no-https")
+    shipped = json.loads((ROOT / "ascend_node/sim/data/mindie-config.json").read_text())
+    shipped["ServerConfig"]["httpsEnabled"] = False  # the image's file, right for this job
+    with Run(bed, job, server_config=shipped) as run:
+        pods = run.kb.pods
+
+        def settled() -> bool:
+            failed = [p for p in pods if p.phase == "Failed"]
+            assert not failed, run.kb.describe()
+            return all(p.first_ready_wall for p in pods)
+
+        run.kb.wait_for(settled, 240, "every pod Ready")
+        master = pods[0]
+        served = run.loaded_at(master.name)
+        assert served, run.kb.describe()
+        for pod in pods:
+            assert pod.inits and pod.first("init ranktable exited 0") is not None
+            assert pod.first_ready_wall is not None and pod.first_ready_wall >= served, \
+                run.kb.describe()
+            assert any(not ok for kind, _, _, ok, _ in pod.probe_log if kind == "startup"), \
+                "the startup probe must have waited through the load"
+            env = run.daemon_env(pod.name)
+            assert env["MIES_CONTAINER_IP"] == pod.plan.ip
+            assert env["MASTER_IP"] == master.plan.ip
+            assert env["WORLD_SIZE"] == str(2 * NPUS)
+            assert env["ASCEND_VISIBLE_DEVICES"] == "0,1,2,3"
+            assert env["RANK_TABLE_FILE"] == "/run/ascend-node/ranktable.json"
