@@ -495,6 +495,9 @@ def _env(p: ManifestParams, role: str) -> list[dict[str, Any]]:
         if p.https:
             # The Secret carries the inter-node certificates too: keep that TLS on.
             env.append({"name": "ASCEND_NODE_TLS_CERTS", "value": "1"})
+    if p.a3:
+        # The agent then warns on a node that reports no super pod (chain/table.py).
+        env.append({"name": "ASCEND_NODE_A3", "value": "1"})
     if p.model_dir is not None:
         env.append({"name": "ASCEND_NODE_MODEL_DIR", "value": p.model_dir})
     if p.model_name is not None:

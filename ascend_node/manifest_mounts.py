@@ -37,7 +37,9 @@ INSTALL_INFO = "/etc/ascend_install.info"
 HOST_MOUNTS: tuple[tuple[str, str, str], ...] = (
     ("ascend-driver", DRIVER_DIR, "Directory"),     # hccn_tool under tools/, the libraries
     ("hccn-conf", HCCN_CONF, "File"),               # the fallback device IPs
-#ITEM4
+    ("npu-smi", NPU_SMI, "File"),                   # super pod, busy NPUs
+    ("ascend-dcmi", DCMI_DIR, "Directory"),         # npu-smi's libdcmi.so
+    ("ascend-install-info", INSTALL_INFO, "File"),  # the driver's install record
 )
 
 STATE_MOUNT = "/run/ascend-node"  # the agent's default state dir (statedir.DEFAULT_STATE_DIR)

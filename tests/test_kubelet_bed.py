@@ -202,6 +202,10 @@ def test_the_pod_template_becomes_one_podman_run(tmp_path: Any) -> None:
         (root / "usr/local/Ascend/driver").mkdir(parents=True, exist_ok=True)
         (root / "etc").mkdir(exist_ok=True)
         (root / "etc/hccn.conf").write_text("address_0=1.2.3.4\n")
+        (root / "usr/local/bin").mkdir(parents=True, exist_ok=True)
+        (root / "usr/local/bin/npu-smi").write_text("#!/bin/sh\n")
+        (root / "usr/local/dcmi").mkdir(parents=True, exist_ok=True)
+        (root / "etc/ascend_install.info").write_text("Driver_Install_Path_Param=/usr/local\n")
 
     kb = KubeletBed(fake_bed, job, 9, {"m": tmp_path / "pvc"},
                     {"k": {"key": "secret-key"}, "tls": {"server.pem": "PEM"}},
@@ -221,6 +225,8 @@ def test_the_pod_template_becomes_one_podman_run(tmp_path: Any) -> None:
     assert env["VC_TASK_INDEX"] == "0" and env["ROLE"] == "worker"
     assert env["ASCEND_VISIBLE_DEVICES"] == "0,1,2,3" and env["K8S_POD_IP"] == worker_plan.ip
     assert "--shm-size" in argv
+    npu_smi = next(a for a in argv if a.endswith(":/usr/local/bin/npu-smi:ro"))
+    assert npu_smi.startswith(str(tmp_path))  # the node's, through the manifest's hostPath
     # a node without the driver or /etc/hccn.conf fails the pod, as the kubelet fails it
     bare = KubeletBed(fake_bed, job, 9, {"m": tmp_path / "pvc"}, {"k": {"key": "x"}})
     with pytest.raises(KubeletError, match="does not exist on the node"):

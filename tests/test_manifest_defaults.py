@@ -360,3 +360,45 @@ def test_rendered_boot_command_parses_as_boot_does() -> None:
     assert ctx.params["launcher"] == "msrun"
     assert ctx.params["launcher_args"] == "--log_dir=/x/log"
     assert ctx.args == ["run_mindformer.py", "--config", "/mnt/model/c.yaml"]
+
+
+# --- the host's vendor tools --------------------------------------------------------------------
+
+HOST_TOOLS = {"/usr/local/bin/npu-smi": "File", "/usr/local/dcmi": "Directory",
+              "/etc/ascend_install.info": "File", "/usr/local/Ascend/driver": "Directory",
+              "/etc/hccn.conf": "File"}
+
+
+@pytest.mark.parametrize("variant", ["mindie", "training", "init", "a3", "pd"])
+def test_every_container_that_runs_the_agent_mounts_the_host_s_npu_smi(variant: str) -> None:
+    # Issue 36: no image ships npu-smi; without the host's, `discover` said "super pod -
+    # [npu-smi not found]" and --a3 pods built v1.0, and the busy-NPU pre-flight and
+    # doctor's npu.processes had nothing to ask. MindIE's/vllm-ascend's container
+    # instructions bind npu-smi, /usr/local/dcmi and /etc/ascend_install.info.
+    if variant == "pd":
+        from ascend_node.manifest_pd import PdShape, render_pd_job
+
+        doc = render_pd_job(ManifestParams(kind="mindie", name="j", nodes=1, image="img",
+                                           pvc="pvc", run_id="r1"), PdShape())
+        specs = [t["template"]["spec"] for t in doc["spec"]["tasks"]
+                 if t["name"].startswith(("prefill", "decode"))]
+    else:
+        kw: dict[str, Any] = {"init": {"init_container": True}, "a3": {"a3": True},
+                              }.get(variant, {})
+        doc = job("training" if variant == "training" else "mindie", **kw)
+        specs = [t["template"]["spec"] for t in doc["spec"]["tasks"]]
+    for spec in specs:
+        volumes = {v["name"]: v for v in spec["volumes"]}
+        for c in [*spec.get("initContainers", []), *spec["containers"]]:
+            mounted = {m["mountPath"]: m for m in c["volumeMounts"]}
+            for path, kind in HOST_TOOLS.items():
+                m = mounted[path]
+                assert m["readOnly"] is True
+                assert volumes[m["name"]]["hostPath"] == {"path": path, "type": kind}
+        if variant == "a3":
+            for c in [*spec.get("initContainers", []), *spec["containers"]]:
+                assert env_of(c)["ASCEND_NODE_A3"] == "1"
+    bare = job("mindie", mount_driver=False)
+    for t in bare["spec"]["tasks"]:
+        for c in t["template"]["spec"]["containers"]:
+            assert not set(HOST_TOOLS) & {m["mountPath"] for m in c["volumeMounts"]}
