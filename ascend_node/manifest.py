@@ -631,7 +631,9 @@ def _init_container(p: ManifestParams, role: str) -> dict[str, Any]:
         # The same NPUs as the server: the device plugin gives a container only what it
         # requests (no request: no ASCEND_VISIBLE_DEVICES, no /dev/davinciN), and the
         # kubelet's device manager hands an init container's devices on to the app
-        # containers (docs/deploy.md, "Init container").
+        # containers (kubernetes pkg/kubelet/cm/devicemanager/manager.go `devicesToReuse`:
+        # "devices that can be reused as they have been allocated to init containers";
+        # docs/deploy.md, "Init container").
         "resources": {"limits": dict(amounts), "requests": dict(amounts)},
         "terminationMessagePolicy": "FallbackToLogsOnError",
         "volumeMounts": _mounts(p, agent=True, server=False),

@@ -11,8 +11,8 @@ template of the Job that `ascend-node manifest` prints, on top of scripts/contai
 * **the device plugin**: `ASCEND_VISIBLE_DEVICES` = the NPUs the *container's* limit asks
   for; a container that requests none gets none (the device plugin allocates per container;
   the kubelet's device manager lets app containers reuse an init container's devices:
-  kubernetes pkg/kubelet/cm/devicemanager/manager.go, `allocateContainerResources` /
-  `podDevices`, "init containers' devices are reusable by app containers").
+  kubernetes pkg/kubelet/cm/devicemanager/manager.go `devicesToReuse`: "devices that can
+  be reused as they have been allocated to init containers").
 * **the kubelet**: the container's `env` with the downward-API fields it asks for resolved
   (`metadata.uid|name|namespace`, `status.podIP|hostIP`, `metadata.annotations['...']`;
   anything else fails loudly), `command` as the entrypoint and `args`, every volume
