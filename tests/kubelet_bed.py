@@ -865,7 +865,7 @@ class KubeletBed:
         lines = []
         for run in self.pods:
             lines.append(f"{run.name}: {run.phase} ready={run.ready} exit={run.exit_code}")
-            t0 = run.started_at
+            t0 = run.started_at or (run.events[0][0] if run.events else 0.0)
             lines += [f"  +{t - t0:6.1f}s {w}" for t, w in run.events[-12:]]
             if run.exit_code not in (None, 0):
                 failed = run.inits[-1] if run.init_failed else run.name
