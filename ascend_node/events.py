@@ -199,6 +199,19 @@ def record(phase_name: str, start: float, end: float, outcome: str = "ok",
     _current.record(phase_name, start, end, outcome, **detail)
 
 
+WARNING_PHASE = "warning"
+
+
+def warn(text: str) -> None:
+    """A warning worth more than a log line: logged, and kept as a `warning` event, which
+    the node's shared summary carries to `report` (report/record.py)."""
+    import logging
+
+    logging.getLogger("ascend_node").warning("%s", text)
+    now = time.time()
+    _current.record(WARNING_PHASE, now, now, "warn", warning=text)
+
+
 # ------------------------------------------------------------------ reading
 
 

@@ -29,6 +29,8 @@ from ascend_node.handoff.mindie_startup import (
     MODEL_NAME_RULE,
     model_name_ok,
 )
+from ascend_node.handoff.serving import DEFAULT_MANAGEMENT_PORT, LIVE_PATH, READY_PATH
+from ascend_node.manifest_mounts import HOST_MOUNTS, STATE_MOUNT, check_mount_path, under
 
 Kind = Literal["mindie", "training"]
 KINDS = ("mindie", "training")
@@ -237,6 +239,7 @@ def validate(p: ManifestParams) -> None:
             f"model path {p.model_path!r} is not an absolute path of [0-9A-Za-z_./-]",
             "MindIE refuses other characters in paths; e.g. /mnt/model",
         )
+    check_mount_path("--model-path", p.model_path, "/mnt/model")
     _check_resource("--npu-resource", p.npu_resource)
     if p.rdma_resource is not None:
         _check_resource("--rdma-resource", p.rdma_resource)
@@ -283,11 +286,6 @@ def _safe_path(value: object) -> bool:
             and value.rstrip("/") != "" and ".." not in value.split("/"))
 
 
-def _under(path: str, mount: str) -> bool:
-    path, mount = path.rstrip("/"), mount.rstrip("/")
-    return path == mount or path.startswith(mount + "/")
-
-
 def _check_model(p: ManifestParams) -> None:
     if p.model_name is not None and (not isinstance(p.model_name, str)
                                      or not model_name_ok(p.model_name)):
@@ -307,14 +305,16 @@ def _check_model(p: ManifestParams) -> None:
     if not _safe_path(p.model_dir):
         raise UsageError(f"--model-dir {p.model_dir!r} is not an absolute path of "
                           "[0-9A-Za-z_./-]", "MindIE refuses other characters in paths")
-    if p.model_pvc is None and not _under(p.model_dir, p.model_path):
+    if p.model_pvc is not None:
+        check_mount_path("--model-dir", p.model_dir, "/mnt/weights")  # --model-pvc mounts it there
+    if p.model_pvc is None and not under(p.model_dir, p.model_path):
         raise UsageError(
             f"--model-dir {p.model_dir} is outside every volume of the pod (the PVC is "
             f"mounted at {p.model_path})",
             f"give a directory under {p.model_path}, or mount the weights' own claim "
             "there with --model-pvc NAME")
-    if p.model_pvc is not None and (_under(p.model_dir, p.model_path)
-                                    or _under(p.model_path, p.model_dir)):
+    if p.model_pvc is not None and (under(p.model_dir, p.model_path)
+                                    or under(p.model_path, p.model_dir)):
         raise UsageError(f"--model-dir {p.model_dir} with --model-pvc overlaps the shared "
                           f"PVC's mount {p.model_path}",
                           "mount the weights' claim elsewhere, e.g. /mnt/weights")
@@ -495,6 +495,9 @@ def _env(p: ManifestParams, role: str) -> list[dict[str, Any]]:
         if p.https:
             # The Secret carries the inter-node certificates too: keep that TLS on.
             env.append({"name": "ASCEND_NODE_TLS_CERTS", "value": "1"})
+    if p.a3:
+        # The agent then warns on a node that reports no super pod (chain/table.py).
+        env.append({"name": "ASCEND_NODE_A3", "value": "1"})
     if p.model_dir is not None:
         env.append({"name": "ASCEND_NODE_MODEL_DIR", "value": p.model_dir})
     if p.model_name is not None:
@@ -554,15 +557,59 @@ def _container(p: ManifestParams, role: str) -> dict[str, Any]:
     c["terminationMessagePolicy"] = "FallbackToLogsOnError"
     c["volumeMounts"] = _mounts(p, agent=not p.init_container)
     if p.init_container:
-        # The server's image need not have the agent: no probe that runs it.
+        # The server's image need not have the agent: the same probes, asked by the kubelet.
         for name in ("startupProbe", "readinessProbe", "livenessProbe"):
-            probe = c.get(name)
-            if probe and probe.get("exec", {}).get("command", [""])[0] == "ascend-node":
-                del c[name]
+            c.pop(name, None)
+        c.update(_server_probes(p, role))
+        # MindIE's own variable (as for a PD server, pd/server_config.py): its management
+        # server listens on the pod IP, where the kubelet's httpGet reaches it, whatever
+        # managementIpAddress the image's config.json has (127.0.0.2 as shipped).
+        c["env"] = [*c["env"], _field_env(MANAGEMENT_IP_ENV, "status.podIP")]
     return c
 
 
-STATE_MOUNT = "/run/ascend-node"  # the agent's default state dir (statedir.DEFAULT_STATE_DIR)
+MANAGEMENT_IP_ENV = "MIES_CONTAINER_MANAGEMENT_IP"
+# A worker's startup probe without the agent: MindIE's readiness as its master answers it,
+# one HTTP/1.0 GET over bash's /dev/tcp (the server image has bash: its command is bash).
+_ASK_MASTER = (
+    f"m=$(cat {STATE_MOUNT}/master) && exec 3<>/dev/tcp/$m/{DEFAULT_MANAGEMENT_PORT} && "
+    f"printf 'GET {READY_PATH} HTTP/1.0\\r\\nHost: %s\\r\\n\\r\\n' \"$m\" >&3 && "
+    "read -r -t 8 _ code _ <&3 && [ \"$code\" = 200 ]"
+)
+
+
+def _server_probes(p: ManifestParams, role: str) -> dict[str, Any]:
+    """The init-container variant's probes: `_probes`' schedule, asked by the kubelet itself
+    (`httpGet`, https unverified as MindIE's certificates name no pod) of MindIE's
+    management port, since the server's image has no agent to run `status --serving`.
+    A slave's own endpoint is not established (docs/deploy.md, "Probes"), so a worker asks
+    the master, as `status --serving` does for a slave: bash's /dev/tcp to the master IP
+    the init container left, plain http only (with --https a worker has no probe)."""
+    load = DEFAULT_LOAD_TIMEOUT_S if p.load_timeout is None else p.load_timeout
+    scheme = "HTTPS" if p.https else "HTTP"
+    startup_failures = startup_failure_threshold(0, load, SERVING_STARTUP_PERIOD_S)
+    if role != "master":
+        if p.https:
+            return {}
+        return {"startupProbe": {"exec": {"command": ["bash", "-c", _ASK_MASTER]},
+                                 "periodSeconds": SERVING_STARTUP_PERIOD_S,
+                                 "timeoutSeconds": PROBE_TIMEOUT_S,
+                                 "failureThreshold": startup_failures}}
+
+    def get(path: str, period: int, failures: int) -> dict[str, Any]:
+        return {"httpGet": {"path": path, "port": DEFAULT_MANAGEMENT_PORT, "scheme": scheme},
+                "periodSeconds": period, "timeoutSeconds": PROBE_TIMEOUT_S,
+                "failureThreshold": failures}
+
+    # The init container's wait for its peers is over when this container starts: the
+    # window is the weight load and the grace, as in `_probes` less the peer wait.
+    return {
+        "startupProbe": get(READY_PATH, SERVING_STARTUP_PERIOD_S, startup_failures),
+        "readinessProbe": get(READY_PATH, SERVING_READINESS_PERIOD_S, READINESS_FAILURES),
+        "livenessProbe": get(LIVE_PATH, LIVENESS_PERIOD_S, LIVENESS_FAILURES),
+    }
+
+
 
 
 def _init_container(p: ManifestParams, role: str) -> dict[str, Any]:
@@ -576,10 +623,18 @@ def _init_container(p: ManifestParams, role: str) -> dict[str, Any]:
     ]
     if p.run_as_user is not None:
         env.append({"name": "ASCEND_NODE_FILE_OWNER", "value": f"{p.run_as_user}:{p.run_as_user}"})
+    amounts = {p.npu_resource: str(p.npus_per_node)}
     c: dict[str, Any] = {
         "name": "ranktable", "image": p.init_image or p.image,
         "imagePullPolicy": "IfNotPresent",
         "command": ["ascend-node", "ranktable"], "env": env,
+        # The same NPUs as the server: the device plugin gives a container only what it
+        # requests (no request: no ASCEND_VISIBLE_DEVICES, no /dev/davinciN), and the
+        # kubelet's device manager hands an init container's devices on to the app
+        # containers (kubernetes pkg/kubelet/cm/devicemanager/manager.go `devicesToReuse`:
+        # "devices that can be reused as they have been allocated to init containers";
+        # docs/deploy.md, "Init container").
+        "resources": {"limits": dict(amounts), "requests": dict(amounts)},
         "terminationMessagePolicy": "FallbackToLogsOnError",
         "volumeMounts": _mounts(p, agent=True, server=False),
     }
@@ -611,10 +666,8 @@ def _mounts(p: ManifestParams, agent: bool, server: bool = True) -> list[dict[st
     if _state_volume(p):
         mounts.append({"name": "ascend-node-state", "mountPath": STATE_MOUNT})
     if p.mount_driver:
-        mounts += [
-            {"name": "ascend-driver", "mountPath": "/usr/local/Ascend/driver", "readOnly": True},
-            {"name": "hccn-conf", "mountPath": "/etc/hccn.conf", "readOnly": True},
-        ]
+        mounts += [{"name": name, "mountPath": path, "readOnly": True}
+                   for name, path, _ in HOST_MOUNTS]
     if agent and p.rendezvous_key_secret is not None:
         mounts.append({"name": "rendezvous-key", "mountPath": KEY_MOUNT_DIR, "readOnly": True})
     if server and p.tls_secret is not None:
@@ -684,11 +737,10 @@ def _volumes(p: ManifestParams) -> list[dict[str, Any]]:
     if _state_volume(p):
         vols.append({"name": "ascend-node-state", "emptyDir": {}})
     if p.mount_driver:
-        vols += [
-            {"name": "ascend-driver",
-             "hostPath": {"path": "/usr/local/Ascend/driver", "type": "Directory"}},
-            {"name": "hccn-conf", "hostPath": {"path": "/etc/hccn.conf", "type": "File"}},
-        ]
+        # The node's vendor tools, read-only, typed so that a node without one fails the
+        # pod at mount time (manifest_mounts.HOST_MOUNTS says whose instructions these are).
+        vols += [{"name": name, "hostPath": {"path": path, "type": kind}}
+                 for name, path, kind in HOST_MOUNTS]
     if p.rendezvous_key_secret is not None:
         vols.append({"name": "rendezvous-key", "secret": {
             "secretName": p.rendezvous_key_secret, "defaultMode": 0o440,

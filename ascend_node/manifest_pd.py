@@ -56,7 +56,6 @@ from ascend_node.manifest import (
     KEY_MOUNT_DIR,
     MAX_HOSTNAME,
     MINDIE_MAX_NODES,
-    STATE_MOUNT,
     ManifestParams,
     _container,
     _field_env,
@@ -64,6 +63,7 @@ from ascend_node.manifest import (
     _volumes,
     to_yaml,
 )
+from ascend_node.manifest_mounts import STATE_MOUNT
 from ascend_node.pd.motor_configs import (
     CONTROLLER_FILE,
     COORDINATOR_FILE,

@@ -49,6 +49,9 @@ class Settings(BaseModel):
     progress_interval: float = Field(10.0, gt=0, allow_inf_nan=False)
     master_port: Optional[int] = Field(None, ge=1, le=65535)
     table_version: Literal["auto", "1.0", "1.2"] = "auto"
+    # The Job was rendered for Atlas A3 SuperPoD nodes (`manifest --a3`): a node that
+    # reports no super pod says so loudly instead of quietly joining a v1.0 table.
+    a3: bool = False
     table_source: Literal["auto", "volume", "mindcluster"] = "auto"
     hccl_json: Path = Path(DEFAULT_HCCL_JSON)
     # None: strict, or warn for `boot` into a training launcher (preflight.policy)
@@ -126,6 +129,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("master_port", "--master-port", "ASCEND_NODE_MASTER_PORT", ("MASTER_PORT",), int),
     Option("table_version", "--table-version", "ASCEND_NODE_TABLE_VERSION", (),
            _choice("auto", "1.0", "1.2")),
+    Option("a3", None, "ASCEND_NODE_A3", (), _bool),
     Option("table_source", "--table-source", "ASCEND_NODE_TABLE_SOURCE", (),
            _choice("auto", "volume", "mindcluster")),
     Option("hccl_json", "--hccl-json", "ASCEND_NODE_HCCL_JSON", (), Path),

@@ -50,12 +50,25 @@ class StatusView:
         return out
 
 
-def _alive(pid: int) -> bool:
+# How much later than its record a process may seem to have started: psutil derives the
+# start from the boot time, rounded to the second.
+START_SLACK_S = 2.0
+
+
+def recorded_process_runs(doc: StatusDoc) -> bool:
+    """The process `status.json` names still runs and is the one that wrote it.
+
+    Alive and not a zombie is not enough: once it has ended, the kernel may hand its pid to
+    any later process (a kept simulation read hours later, a container's pid 1 after a
+    restart). The writer started before it wrote `updated_at` (exec keeps the process, so
+    the server boot exec'd did too); a process that started after the record is another.
+    `status`, `status --serving` and `doctor` ask this one question."""
     import psutil  # only an in-progress status needs it; probes of a done pod skip the import
 
     try:
-        proc = psutil.Process(pid)
-        return bool(proc.status() != psutil.STATUS_ZOMBIE)
+        proc = psutil.Process(doc.pid)
+        return bool(proc.status() != psutil.STATUS_ZOMBIE
+                    and proc.create_time() <= doc.updated_at + START_SLACK_S)
     except (psutil.NoSuchProcess, psutil.AccessDenied, ValueError):
         return False
 
@@ -77,7 +90,7 @@ def _status(state_dir: Path) -> StatusView:
     if doc.state == "failed":
         return StatusView("failed", EXIT_FAILED,
                           f"{doc.command} exited {doc.exit_code}: {doc.message}", doc)
-    if not _alive(doc.pid):
+    if not recorded_process_runs(doc):
         return StatusView("failed", EXIT_FAILED,
                           f"{doc.command} stopped during {doc.phase} (process {doc.pid} is "
                           "gone without a verdict; killed?)", doc)
@@ -100,7 +113,7 @@ def serving_status(state_dir: Path, environ: Mapping[str, str],
     from ascend_node.handoff.serving import client_cert_from_env, read_config, serving
 
     # exec keeps the pid: the agent's pid in status.json is now the server's.
-    if not _alive(doc.pid):
+    if not recorded_process_runs(doc):
         return replace(view, state="abnormal", exit_code=EXIT_FAILED,
                        detail=f"the server boot exec'd (pid {doc.pid}) is gone")
     handed = _exec_env(state_dir)

@@ -12,9 +12,12 @@ engineer would (images/README.md) and runs them with podman, offline:
     apt already uses, piped into `podman import`. It stands in for a MindIE/CANN base:
     python3 + pip, bash, tini, the vendor layout under /usr/local/Ascend (set_env.sh
     scripts, MindIE's real config.json at its default path, a fake mindieservice_daemon
-    at its real path, a fake hccn_tool at the driver path that answers from a directory
-    mounted per container) and an atb_llm wheel in /opt/package. The fakes are the
-    simulation's own (ascend_node/sim/fake_tools.py), in real output formats.
+    at its real path) and an atb_llm wheel in /opt/package. No vendor *tool* is in an
+    image, as in a real MindIE image: the fake hccn_tool and npu-smi (answering from a
+    directory mounted per container) sit on each pod's fake node (`write_node_root`) at
+    the host paths the manifest mounts (ascend_node/manifest_mounts.py), so a pod reaches
+    them only through those mounts and a mount the manifest drops fails a test. The fakes
+    are the simulation's own (ascend_node/sim/fake_tools.py), in real output formats.
     Its tag is a hash of every input, so a work directory that already holds it (a second
     test run, a second session on the same machine) skips the ~45 s build.
   * the mindie, training and init images, built from that base with the exact commands
@@ -59,8 +62,7 @@ SUBNET_PREFIX = "10.233."  # every job network is 10.233.<n>.0/24
 MINDIE_ROOT = "/usr/local/Ascend/mindie/latest/mindie-service"
 DAEMON_PATH = MINDIE_ROOT + "/bin/mindieservice_daemon"
 CONFIG_PATH = MINDIE_ROOT + "/conf/config.json"
-HCCN_TOOL_PATH = "/usr/local/Ascend/driver/tools/hccn_tool"
-NPU_SMI_PATH = "/usr/local/bin/npu-smi"
+HCCN_TOOL_PATH = "/usr/local/Ascend/driver/tools/hccn_tool"  # on the node, never an image
 SIM_DATA_MOUNT = "/etc/ascend-sim"  # the per-container answers of the fake tools
 SET_ENV_SCRIPTS = ("ascend-toolkit/set_env.sh", "nnal/atb/set_env.sh", "mindie/set_env.sh",
                    "atb-models/set_env.sh")
@@ -221,12 +223,7 @@ class Bed:
     # ---- images -------------------------------------------------------------------
     def base_inputs(self) -> dict[str, bytes]:
         """Every file of the vendor layer, by path in the image; the cache key hashes these."""
-        from ascend_node.sim.fake_tools import (
-            FAKE_DAEMON_SCRIPT,
-            FAKE_SET_ENV_SCRIPT,
-            HCCN_TOOL_SCRIPT,
-            NPU_SMI_SCRIPT,
-        )
+        from ascend_node.sim.fake_tools import FAKE_DAEMON_SCRIPT, FAKE_SET_ENV_SCRIPT
         from tests.wheel_builder import build_wheel
 
         config = (ROOT / "ascend_node" / "sim" / "data" / "mindie-config.json").read_bytes()
@@ -236,8 +233,6 @@ class Bed:
         files = {
             DAEMON_PATH: FAKE_DAEMON_SCRIPT.encode(),
             CONFIG_PATH: config,
-            HCCN_TOOL_PATH: HCCN_TOOL_SCRIPT.encode(),
-            NPU_SMI_PATH: NPU_SMI_SCRIPT.encode(),
             f"/opt/package/{wheel.name}": _stable_zip(wheel),
         }
         for rel in SET_ENV_SCRIPTS:
@@ -269,7 +264,7 @@ class Bed:
             target = overlay / path.lstrip("/")
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(data)
-            executable = path in (DAEMON_PATH, HCCN_TOOL_PATH, NPU_SMI_PATH)
+            executable = path == DAEMON_PATH
             target.chmod(0o755 if executable else 0o644)
         (overlay / SIM_DATA_MOUNT.lstrip("/")).mkdir(parents=True, exist_ok=True)
         t0 = time.monotonic()
@@ -463,13 +458,45 @@ class Bed:
         return found
 
 
+# `/etc/ascend_install.info` as the driver's installer writes it (key=value lines); npu-smi
+# reads it, nothing of ours parses it.
+ASCEND_INSTALL_INFO = ("UserName=HwHiAiUser\nUserGroup=HwHiAiUser\nDriver_Install_Type=full\n"
+                       "Driver_Install_Path_Param=/usr/local/Ascend\n"
+                       "Driver_Install_Path=/usr/local/Ascend\nDriver_Install_Mode=normal\n")
+
+
+def write_node_root(node: Path, hccn_conf: str) -> None:
+    """A fake NPU node's host files under `node`, at the paths the manifest mounts
+    (`manifest_mounts.HOST_MOUNTS`): the driver directory with the fake hccn_tool, the fake
+    npu-smi, npu-smi's /usr/local/dcmi and /etc/ascend_install.info, /etc/hccn.conf. The
+    only place the bed's pods get a vendor tool from."""
+    from ascend_node.manifest_mounts import DCMI_DIR, HCCN_CONF, INSTALL_INFO, NPU_SMI
+    from ascend_node.sim.fake_tools import HCCN_TOOL_SCRIPT, NPU_SMI_SCRIPT
+
+    for path, text in ((HCCN_TOOL_PATH, HCCN_TOOL_SCRIPT), (NPU_SMI, NPU_SMI_SCRIPT),
+                       (INSTALL_INFO, ASCEND_INSTALL_INFO), (HCCN_CONF, hccn_conf)):
+        target = node / path.lstrip("/")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text)
+        target.chmod(0o755 if path in (HCCN_TOOL_PATH, NPU_SMI) else 0o644)
+    (node / DCMI_DIR.lstrip("/")).mkdir(parents=True, exist_ok=True)
+
+
+def node_mounts(node: Path) -> list[tuple[str, str, str]]:
+    """`write_node_root`'s files as the manifest mounts them (read-only hostPaths)."""
+    from ascend_node.manifest_mounts import HOST_MOUNTS
+
+    return [(str(node / path.lstrip("/")), path, "ro") for _, path, _ in HOST_MOUNTS]
+
+
 class Job:
     """A Volcano job of `nodes` pods on its own bridge network and one shared volume.
 
     Every pod gets what Volcano's env/svc plugins and the downward API give it (ROLE,
     VC_TASK_INDEX, VC_MASTER_NUM, VC_WORKER_NUM, POD_UID, K8S_POD_IP, K8S_HOST_IP, the
     job version), 4 fake NPUs whose answers sit in a directory mounted at the fake
-    hccn_tool's data path, and a file mounted at /dev/termination-log (kubelet's).
+    tools' data path, the node's vendor files mounted where the manifest mounts them
+    (`write_node_root`), and a file mounted at /dev/termination-log (kubelet's).
     Host-side paths: work/pods/<job>/{shared,<pod>/{hccn,out,termination-log}}.
     """
 
@@ -538,7 +565,11 @@ class Job:
         env.update(self.extra_env)
         for key in drop:
             env.pop(key, None)
+        write_node_root(here / "node", "".join(
+            f"address_{d}={device_ip(index, d)}\nnetmask_{d}=255.255.255.0\n"
+            for d in range(self.devices)))
         mounts = [(str(self.shared), "/model", ""),
+                  *node_mounts(here / "node"),
                   (str(here / "hccn"), SIM_DATA_MOUNT, "ro"),
                   (str(here / "out"), "/pod", ""),
                   (str(here / "termination-log"), "/dev/termination-log", "")]

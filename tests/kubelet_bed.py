@@ -8,7 +8,11 @@ template of the Job that `ascend-node manifest` prints, on top of scripts/contai
   docs/deploy.md): pod name `<job>-<task>-<index>` as hostname, `VK_TASK_INDEX` /
   `VC_TASK_INDEX`, `VC_<TASK>_NUM` / `VC_<TASK>_HOSTS` for every task, the same as files
   under `/etc/volcano`, the `volcano.sh/job-version` annotation.
-* **the device plugin**: `ASCEND_VISIBLE_DEVICES` = the NPUs the pod's limit asks for.
+* **the device plugin**: `ASCEND_VISIBLE_DEVICES` = the NPUs the *container's* limit asks
+  for; a container that requests none gets none (the device plugin allocates per container;
+  the kubelet's device manager lets app containers reuse an init container's devices:
+  kubernetes pkg/kubelet/cm/devicemanager/manager.go `devicesToReuse`: "devices that can
+  be reused as they have been allocated to init containers").
 * **the kubelet**: the container's `env` with the downward-API fields it asks for resolved
   (`metadata.uid|name|namespace`, `status.podIP|hostIP`, `metadata.annotations['...']`;
   anything else fails loudly), `command` as the entrypoint and `args`, every volume
@@ -340,6 +344,8 @@ class PodRun:
     # every probe run: (kind, started, ended (time.time()), success, what it said)
     probe_log: list[tuple[str, float, float, bool, str]] = field(default_factory=list)
     sidecars: list[str] = field(default_factory=list)  # their containers' names
+    inits: list[str] = field(default_factory=list)  # the init containers' names, as run
+    init_failed: Optional[str] = None  # the init container whose exit failed the pod
     retired: bool = False  # removed by restart_task: its threads touch nothing any more
 
     @property
@@ -411,20 +417,31 @@ class KubeletBed:
 
     @staticmethod
     def sidecars_of(spec: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-        """The pod's native sidecars; any other init container is refused."""
+        """The pod's native sidecars (init containers with restartPolicy: Always)."""
         out = []
         for c in spec.get("initContainers", []):
-            if c.get("restartPolicy") != "Always":
-                raise KubeletError(f"init container {c.get('name')!r}: only native sidecars "
-                                   "(restartPolicy: Always) are run by this bed")
-            out.append(c)
+            policy = c.get("restartPolicy")
+            if policy not in (None, "Always"):
+                raise KubeletError(f"init container {c.get('name')!r}: restartPolicy "
+                                   f"{policy!r} (the API server allows only Always)")
+            if policy == "Always":
+                out.append(c)
         return out
 
+    @staticmethod
+    def inits_of(spec: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+        """The pod's regular init containers, in order: each runs to completion before the
+        next, and the app container starts only once all exited 0 (restartPolicy Never: a
+        failed one fails the pod)."""
+        return [c for c in spec.get("initContainers", []) if c.get("restartPolicy") is None]
+
     def run_argv(self, plan: PodPlan, image_override: Optional[str] = None,
-                 sidecar: Optional[Mapping[str, Any]] = None) -> list[str]:
+                 sidecar: Optional[Mapping[str, Any]] = None,
+                 init: Optional[Mapping[str, Any]] = None) -> list[str]:
         """The `podman run` of one pod (writes its volumes' host side); with `sidecar`,
-        of that native sidecar, in the pod's network namespace."""
-        spec, c = plan.spec, (sidecar or plan.container)
+        of that native sidecar, in the pod's network namespace; with `init`, of that init
+        container, holding the pod's address until it exits (nothing else runs then)."""
+        spec, c = plan.spec, (sidecar or init or plan.container)
         if spec.get("restartPolicy", "Always") != "Never":
             raise KubeletError(f"{plan.name}: restartPolicy {spec.get('restartPolicy')!r}: "
                                "Volcano's exit-code policies need Never")
@@ -435,16 +452,21 @@ class KubeletBed:
                        "volcano.sh/job-retry-count": "0"}
         env = volcano_env(self.name, tasks, plan.task, plan.index)
         env.update(resolve_env(c, plan, self.namespace, annotations))
+        # The device plugin: a container gets NPUs only by requesting them (its own
+        # resources, never its pod's other containers'); the kubelet's device manager hands
+        # an init container's devices on to the app container, so equal requests mean the
+        # same devices.
         npus = npu_count(c)
         if npus:
             env.setdefault("ASCEND_VISIBLE_DEVICES", ",".join(str(d) for d in range(npus)))
         if self.extra_env is not None:
             env.update(self.extra_env(plan))
-        if sidecar is None:
+        if sidecar is None and init is None:
             plan.env = env
         sec_args, fs_group = security_args(spec.get("securityContext", {}),
                                            c.get("securityContext", {}))
-        name = plan.name if sidecar is None else self.sidecar_name(plan, sidecar)
+        name = (self.sidecar_name(plan, sidecar) if sidecar is not None else
+                self.sidecar_name(plan, init) if init is not None else plan.name)
         where = (["--hostname", plan.name, "--network", self.network, "--ip", plan.ip]
                  if sidecar is None else ["--network", f"container:{plan.name}"])
         argv = ["run", "-d", "--name", name, *where, "--label", self.bed_label(),
@@ -477,7 +499,8 @@ class KubeletBed:
             argv += ["-e", f"{key}={value}"]
         if "command" in c:
             argv += ["--entrypoint", json.dumps(list(c["command"]))]
-        return [*argv, image_override or c["image"], *c.get("args", [])]
+        image = c["image"] if init is not None else (image_override or c["image"])
+        return [*argv, image, *c.get("args", [])]
 
     @staticmethod
     def sidecar_name(plan: PodPlan, sidecar: Mapping[str, Any]) -> str:
@@ -603,27 +626,69 @@ class KubeletBed:
     def _launch(self, plans: Sequence[PodPlan], image_override: Optional[str]
                 ) -> list[PodRun]:
         argvs = [(self.run_argv(p, image_override),
-                  [self.run_argv(p, image_override, s) for s in self.sidecars_of(p.spec)])
+                  [self.run_argv(p, image_override, s) for s in self.sidecars_of(p.spec)],
+                  [self.run_argv(p, image_override, init=c) for c in self.inits_of(p.spec)])
                  for p in plans]  # all checks before any run
         runs = []
-        for plan, (argv, side_argvs) in zip(plans, argvs):
+        for plan, (argv, side_argvs, init_argvs) in zip(plans, argvs):
             run = PodRun(plan, ContainerProbes(ProbeSpec.of(plan.container)))
-            self.bed.podman(*argv, timeout=120)
-            run.started_at = time.monotonic()
-            run.note("running")
-            for sidecar, side in zip(self.sidecars_of(plan.spec), side_argvs):
-                self.bed.podman(*side, timeout=120)
-                run.sidecars.append(self.sidecar_name(plan, sidecar))
-                run.note(f"sidecar {sidecar['name']} running")
-            runs.append(run)
-        for run in runs:
-            self._spawn(self._watch, run)
-            for name in run.sidecars:
-                self._spawn(self._watch_sidecar, run, name)
             for kind in run.probes.workers:
                 run.wake[kind] = threading.Event()
-                self._spawn(self._worker, run, kind)
+            runs.append(run)
+            if init_argvs:  # every pod's init containers at once: they may meet each other
+                self._spawn(self._init_then_start, run, init_argvs, argv, side_argvs)
+            else:
+                self._start_main(run, argv, side_argvs)
         return runs
+
+    def _start_main(self, run: PodRun, argv: Sequence[str], side_argvs: Sequence[Sequence[str]]
+                    ) -> None:
+        """The app container and its sidecars running; then its watchers and probes."""
+        self.bed.podman(*argv, timeout=120)
+        run.started_at = time.monotonic()
+        run.note("running")
+        for sidecar, side in zip(self.sidecars_of(run.plan.spec), side_argvs):
+            self.bed.podman(*side, timeout=120)
+            run.sidecars.append(self.sidecar_name(run.plan, sidecar))
+            run.note(f"sidecar {sidecar['name']} running")
+        self._spawn(self._watch, run)
+        for name in run.sidecars:
+            self._spawn(self._watch_sidecar, run, name)
+        for kind in run.probes.workers:
+            self._spawn(self._worker, run, kind)
+
+    def _init_then_start(self, run: PodRun, init_argvs: Sequence[Sequence[str]],
+                         argv: Sequence[str], side_argvs: Sequence[Sequence[str]]) -> None:
+        """The kubelet's init phase: each init container to completion, in order; one that
+        exits non-zero fails the pod (restartPolicy Never) and nothing else starts."""
+        for c, init_argv in zip(self.inits_of(run.plan.spec), init_argvs):
+            name = self.sidecar_name(run.plan, c)
+            run.inits.append(name)
+            self.bed.podman(*init_argv, timeout=120)
+            run.note(f"init {c['name']} running")
+            code: Optional[int] = None
+            while code is None and not self._stop.is_set() and not run.retired:
+                done = self.bed.podman("wait", "--interval", "250ms", name, check=False,
+                                       timeout=24 * 3600)
+                text = done.stdout.strip().splitlines()
+                if done.returncode == 0 and text and text[-1].lstrip("-").isdigit():
+                    code = int(text[-1])
+                else:
+                    time.sleep(0.5)
+            if code is None:
+                return
+            run.note(f"init {c['name']} exited {code}")
+            if code != 0:
+                with run.lock:
+                    run.exit_code = code
+                    run.init_failed = str(c["name"])
+                for ev in run.wake.values():
+                    ev.set()
+                return
+            # its address passes to the next container of the pod
+            self.bed.podman("rm", "-f", name, check=False, timeout=60)
+        if not self._stop.is_set() and not run.retired:
+            self._start_main(run, argv, side_argvs)
 
     def restart_task(self, task: str) -> list[PodRun]:
         """Volcano's `RestartTask`: the task's pods deleted, then created again under the
@@ -635,7 +700,7 @@ class KubeletBed:
             run.retired = True
             for ev in run.wake.values():
                 ev.set()
-        self.bed.remove(*(n for r in old for n in (r.name, *r.sidecars)))
+        self.bed.remove(*(n for r in old for n in (r.name, *r.sidecars, *r.inits)))
         plans = []
         for run in old:
             for vol in run.plan.spec.get("volumes", []):
@@ -800,10 +865,11 @@ class KubeletBed:
         lines = []
         for run in self.pods:
             lines.append(f"{run.name}: {run.phase} ready={run.ready} exit={run.exit_code}")
-            t0 = run.started_at
+            t0 = run.started_at or (run.events[0][0] if run.events else 0.0)
             lines += [f"  +{t - t0:6.1f}s {w}" for t, w in run.events[-12:]]
             if run.exit_code not in (None, 0):
-                logs = self.bed.logs(run.name).strip().splitlines()[-5:]
+                failed = run.inits[-1] if run.init_failed else run.name
+                logs = self.bed.logs(failed).strip().splitlines()[-5:]
                 lines += [f"  | {ln}" for ln in logs]
         return "\n".join(lines)
 
@@ -812,7 +878,7 @@ class KubeletBed:
         for run in self.pods:
             for ev in run.wake.values():
                 ev.set()
-        self.bed.remove(*(n for r in self.pods for n in (r.name, *r.sidecars)))
+        self.bed.remove(*(n for r in self.pods for n in (r.name, *r.sidecars, *r.inits)))
         self.bed.podman("network", "rm", "-f", self.network, check=False)
         for t in self._threads:
             t.join(timeout=30)

@@ -11,11 +11,14 @@ import hashlib
 import ipaddress
 import json
 import os
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+import psutil
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -29,6 +32,7 @@ from ascend_node.rendezvous.models import AttemptDoc, OutcomeDoc
 from ascend_node.rendezvous.store import Missing, RunPaths, Valid, write_doc
 from ascend_node.settings import resolve_settings
 from ascend_node.sim.fake_tools import FakeDevice, install_tools, write_node_data
+from ascend_node.status import serving_status
 from ascend_node.tools import ToolResult
 
 MINDIE_FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "mindie" / "config.json"
@@ -565,7 +569,9 @@ def test_the_server_boot_started_and_its_children_are_expected(proc: Path, tmp_p
     state = tmp_path / "state"
     write_status(state, StatusDoc(state="done", phase="exec", command="boot", pid=40))
     holders, hidden = d.find_npu_holders(str(proc))
-    result = d.check_npu_holders(holders, hidden, d._server_pid(state), str(proc))
+    # pid 40 lives in the fake /proc only: vouch for it as the real /proc would
+    server = d._server_pid(state, runs=lambda doc: True)
+    result = d.check_npu_holders(holders, hidden, server, str(proc))
     assert result.status == "warn"
     assert [f.cause for f in result.findings] == ["pid 77 (python3 old) holds /dev/davinci3"]
 
@@ -866,6 +872,55 @@ def test_issue_28_faults_each_land_on_their_check(node_env: dict[str, str],
     assert ("port(s) 60000 of HCCL's range 60000-60031 (from default) already have a "
             "listener") in report.check("hccl.ports").message
     assert "HCCL_CONNECT_TIMEOUT='60'" in report.check("hccl.settings").message
+
+
+def _ended_pid() -> int:
+    """The pid of a process that has ended (and been reaped)."""
+    done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)
+    return int(done.stdout)
+
+
+def test_a_recorded_server_pid_that_is_gone_vouches_for_nothing(
+        node_env: dict[str, str], tmp_path: Path) -> None:
+    # Issue 36: a kept simulation's status.json names a server that has ended. doctor said
+    # "npu.processes ok: the server (pid N) runs" and turned a real HCCL listener into a
+    # warning, while `status --serving` on the same state said the server is gone.
+    data = Path(os.environ["ASCEND_NODE_SIM_DATA"])
+    devices = [FakeDevice(i, f"10.20.1.{i}") for i in range(4)]
+    devices[2].holders.append((4242, "python3", 512))
+    write_node_data(data, devices)
+    proc = tmp_path / "proc"
+    (proc / "net").mkdir(parents=True)
+    (proc / "net" / "tcp").write_text(PROC_TCP)
+    ipv4 = proc / "sys" / "net" / "ipv4"
+    ipv4.mkdir(parents=True)
+    (ipv4 / "ip_local_reserved_ports").write_text("60000-60031\n")
+    (ipv4 / "ip_local_port_range").write_text("32768\t60999\n")
+    gone = _ended_pid()
+    state = Path(node_env["ASCEND_NODE_STATE_DIR"])
+    write_status(state, StatusDoc(state="done", phase="exec", command="boot", pid=gone))
+    assert serving_status(state, {}).detail == f"the server boot exec'd (pid {gone}) is gone"
+    report = doctor(node_env, tmp_path)
+    processes = report.check("npu.processes")
+    assert processes.status == "warn", processes.message
+    assert f"pid {gone}" not in processes.message
+    assert "device 2: PID 4242 (python3, 512 MB)" in processes.message
+    assert report.check("hccl.ports").status == "fail", report.check("hccl.ports").message
+
+
+def test_a_recorded_pid_now_another_process_s_vouches_for_nothing(tmp_path: Path) -> None:
+    # A pid the kernel handed to a process that started after the record was written is
+    # not the server: this very process, recorded as if it had written status.json an
+    # hour before it started.
+    started = psutil.Process().create_time()
+    write_status(tmp_path, StatusDoc(state="done", phase="exec", command="boot",
+                                     pid=os.getpid(), updated_at=started - 3600))
+    assert d._server_pid(tmp_path) is None
+    assert serving_status(tmp_path, {}).state == "abnormal"
+    write_status(tmp_path, StatusDoc(state="done", phase="exec", command="boot",
+                                     pid=os.getpid()))
+    assert d._server_pid(tmp_path) == os.getpid()  # the writer itself, still running
 
 
 def test_net_health_states_are_explained(node_env: dict[str, str], tmp_path: Path) -> None:

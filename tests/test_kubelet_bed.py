@@ -202,6 +202,10 @@ def test_the_pod_template_becomes_one_podman_run(tmp_path: Any) -> None:
         (root / "usr/local/Ascend/driver").mkdir(parents=True, exist_ok=True)
         (root / "etc").mkdir(exist_ok=True)
         (root / "etc/hccn.conf").write_text("address_0=1.2.3.4\n")
+        (root / "usr/local/bin").mkdir(parents=True, exist_ok=True)
+        (root / "usr/local/bin/npu-smi").write_text("#!/bin/sh\n")
+        (root / "usr/local/dcmi").mkdir(parents=True, exist_ok=True)
+        (root / "etc/ascend_install.info").write_text("Driver_Install_Path_Param=/usr/local\n")
 
     kb = KubeletBed(fake_bed, job, 9, {"m": tmp_path / "pvc"},
                     {"k": {"key": "secret-key"}, "tls": {"server.pem": "PEM"}},
@@ -221,6 +225,8 @@ def test_the_pod_template_becomes_one_podman_run(tmp_path: Any) -> None:
     assert env["VC_TASK_INDEX"] == "0" and env["ROLE"] == "worker"
     assert env["ASCEND_VISIBLE_DEVICES"] == "0,1,2,3" and env["K8S_POD_IP"] == worker_plan.ip
     assert "--shm-size" in argv
+    npu_smi = next(a for a in argv if a.endswith(":/usr/local/bin/npu-smi:ro"))
+    assert npu_smi.startswith(str(tmp_path))  # the node's, through the manifest's hostPath
     # a node without the driver or /etc/hccn.conf fails the pod, as the kubelet fails it
     bare = KubeletBed(fake_bed, job, 9, {"m": tmp_path / "pvc"}, {"k": {"key": "x"}})
     with pytest.raises(KubeletError, match="does not exist on the node"):
@@ -228,3 +234,33 @@ def test_the_pod_template_becomes_one_podman_run(tmp_path: Any) -> None:
     with pytest.raises(KubeletError, match="Secret 'k' does not exist"):
         KubeletBed(fake_bed, job, 9, {"m": tmp_path / "pvc"}, {}, node_files=node).run_argv(
             master)
+
+
+def test_init_containers_get_npus_only_by_requesting_them(tmp_path: Any) -> None:
+    """The device plugin allocates per container: the rendered init container requests the
+    server's NPUs and gets them; one that requests none (the manifest before issue 36) gets
+    no ASCEND_VISIBLE_DEVICES, whatever its pod's app container asks for."""
+    from types import SimpleNamespace
+
+    from tests.kubelet_bed import KubeletBed
+
+    job = render_job(ManifestParams(kind="mindie", name="job", nodes=2, image="img", pvc="m",
+                                    run_id="r", npus_per_node=4, init_container=True,
+                                    mount_driver=False))
+    fake_bed = SimpleNamespace(work=tmp_path, cgroup_args=lambda name: [])
+    kb = KubeletBed(fake_bed, job, 9, {"m": tmp_path / "pvc"})
+    master, _ = kb.plans()
+    (init,) = kb.inits_of(master.spec)
+    assert kb.sidecars_of(master.spec) == []
+
+    def env_of(argv: list[str]) -> dict[str, str]:
+        return dict(argv[i + 1].split("=", 1) for i, a in enumerate(argv) if a == "-e")
+
+    argv = kb.run_argv(master, init=init)
+    assert argv[argv.index("--name") + 1] == "job-master-0--ranktable"
+    assert argv[argv.index("--ip") + 1] == master.ip  # the pod's address while it runs
+    assert env_of(argv)["ASCEND_VISIBLE_DEVICES"] == "0,1,2,3"
+    bare = dict(init)
+    del bare["resources"]
+    assert "ASCEND_VISIBLE_DEVICES" not in env_of(kb.run_argv(master, init=bare))
+    assert env_of(kb.run_argv(master))["ASCEND_VISIBLE_DEVICES"] == "0,1,2,3"

@@ -13,6 +13,7 @@ from typing import Any
 
 import kubernetes_validate
 import pytest
+import yaml
 from typer.testing import CliRunner
 
 from ascend_node.cli import app
@@ -169,6 +170,55 @@ def test_bad_manifest_flags_are_usage_errors_naming_the_flag(args: list[str], na
     assert "apiVersion" not in result.output  # nothing half-written
 
 
+# A path option that would become a mountPath colliding with another mount (the API server
+# rejects two volumeMounts at one path) or hiding the image's system: refused, naming both.
+COLLIDING = [
+    (["--model-path", "/dev/shm"], "--model-path /dev/shm is where the pod mounts its shared"),
+    (["--model-path", "/dev/shm/"], "--model-path /dev/shm/ is where the pod mounts its shared"),
+    (["--model-path", "/dev/shm/m"], "is inside /dev/shm"),
+    (["--model-path", "/etc"], "--model-path /etc is a system directory"),
+    (["--model-path", "/usr"], "--model-path /usr is a system directory"),
+    (["--model-path", "/usr/local/Ascend"], "holds /usr/local/Ascend/driver, where the pod"),
+    (["--model-path", "/var/run"], "--model-path /var/run is a system directory"),
+    (["--model-path", "/proc/model"], "is under /proc"),
+    (["--model-path", "/run/ascend-node"], "the agent's state dir"),
+    (["--model-path", "/etc/ascend-node"], "/etc/ascend-node"),
+    (["--model-path", "/usr/local/Ascend/driver/model"], "is inside /usr/local/Ascend/driver"),
+    (["--model-path", "/usr/local/Ascend/mindie"], "the image's CANN/MindIE install"),
+    (["--model-path", "/etc/hccn.conf"], "/etc/hccn.conf"),
+    (["--model-path", "/etc/volcano"], "Volcano's svc plugin"),
+    (["--model-pvc", "w", "--model-dir", "/dev/shm"], "--model-dir /dev/shm is where"),
+    (["--model-pvc", "w", "--model-dir", "/etc"], "--model-dir /etc is a system directory"),
+    (["--kind", "training", "--model-path", "/tmp", "--", "t.py"], "--model-path /tmp is a"),
+    (["--kind", "mindie-pd", "--model-path", "/dev/shm"], "--model-path /dev/shm is where"),
+]
+
+
+@pytest.mark.parametrize(("args", "named"), COLLIDING)
+def test_a_path_that_collides_with_a_mount_is_refused_naming_both(args: list[str], named: str
+                                                                  ) -> None:
+    nodes = [] if "mindie-pd" in args else ["--nodes", "2"]
+    result = CliRunner().invoke(app, ["manifest", "--name", "j", *nodes, "--image", "i",
+                                      "--pvc", "p", *args])
+    assert result.exit_code == 2, result.output
+    errors = [ln for ln in result.output.splitlines() if ln.startswith("ascend-node: error:")]
+    assert len(errors) == 1 and named in errors[0], result.output
+    assert "hint: give --model-" in result.output
+    assert "apiVersion" not in result.output  # nothing half-written
+
+
+@pytest.mark.parametrize("path", ["/mnt/model", "/data/models", "/etc/model", "/opt/models",
+                                  "/usr/local/model", "/home/m"])
+def test_a_path_of_its_own_still_renders(path: str) -> None:
+    result = CliRunner().invoke(app, ["manifest", "--name", "j", "--nodes", "2", "--image", "i",
+                                      "--pvc", "p", "--model-path", path])
+    assert result.exit_code == 0, result.output
+    for pod in pods(yaml.safe_load(result.output)).values():
+        for c in [*pod["spec"].get("initContainers", []), *pod["spec"]["containers"]]:
+            paths = [m["mountPath"] for m in c["volumeMounts"]]
+            assert len(paths) == len(set(paths)), paths
+
+
 def test_usage_error_class() -> None:
     with pytest.raises(UsageError):
         ManifestParams(kind="mindie", name="j", nodes=2, image="i", pvc="p", run_id="r",
@@ -233,6 +283,47 @@ def test_init_container_variant() -> None:
             assert command[0] != "ascend-node"  # the server's image need not have the agent
 
 
+def test_init_container_requests_the_npus_the_server_does() -> None:
+    # Issue 36: the device plugin gives a container only the devices it requests; without a
+    # request the init container had no ASCEND_VISIBLE_DEVICES and `ranktable` exited 1.
+    for pod in pods(job(init_container=True, npus_per_node=4,
+                        rdma_resource="rdma/hca")).values():
+        (init,) = pod["spec"]["initContainers"]
+        (c,) = pod["spec"]["containers"]
+        npus = {"huawei.com/Ascend910": "4"}
+        assert init["resources"] == {"limits": npus, "requests": npus}
+        assert c["resources"]["limits"]["huawei.com/Ascend910"] == "4"
+
+
+def test_init_container_server_gets_the_probes_of_the_plain_variant() -> None:
+    # Issue 36: the server container had no probe, so it was Ready while weights loaded.
+    # The same schedule as the plain variant, asked by the kubelet (no agent in the image).
+    plain = pods(job(load_timeout=600))
+    for role, pod in pods(job(init_container=True, load_timeout=600)).items():
+        (c,) = pod["spec"]["containers"]
+        (reference,) = plain[role]["spec"]["containers"]
+        assert set(k for k in c if k.endswith("Probe")) == set(
+            k for k in reference if k.endswith("Probe"))
+        for kind in ("startupProbe", "readinessProbe", "livenessProbe"):
+            if kind not in c:
+                continue
+            for key in ("periodSeconds", "timeoutSeconds"):
+                assert c[kind][key] == reference[kind][key]
+        assert {"name": "MIES_CONTAINER_MANAGEMENT_IP",
+                "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}} in c["env"]
+        if role == "master":
+            assert c["readinessProbe"]["httpGet"] == {
+                "path": "/v2/health/ready", "port": 1026, "scheme": "HTTP"}
+            assert c["livenessProbe"]["httpGet"]["path"] == "/v2/health/live"
+            assert c["startupProbe"]["failureThreshold"] * 3 >= 600 + 300
+        else:
+            assert c["startupProbe"]["exec"]["command"][:2] == ["bash", "-c"]
+            assert "/run/ascend-node/master" in c["startupProbe"]["exec"]["command"][2]
+    https = pods(job(init_container=True, https=True, tls_secret="certs"))["master"]
+    (c,) = https["spec"]["containers"]
+    assert c["readinessProbe"]["httpGet"]["scheme"] == "HTTPS"
+
+
 # --- training through the agent ---------------------------------------------------------------
 
 def test_training_runs_msrun_through_the_agent_with_its_options() -> None:
@@ -269,3 +360,45 @@ def test_rendered_boot_command_parses_as_boot_does() -> None:
     assert ctx.params["launcher"] == "msrun"
     assert ctx.params["launcher_args"] == "--log_dir=/x/log"
     assert ctx.args == ["run_mindformer.py", "--config", "/mnt/model/c.yaml"]
+
+
+# --- the host's vendor tools --------------------------------------------------------------------
+
+HOST_TOOLS = {"/usr/local/bin/npu-smi": "File", "/usr/local/dcmi": "Directory",
+              "/etc/ascend_install.info": "File", "/usr/local/Ascend/driver": "Directory",
+              "/etc/hccn.conf": "File"}
+
+
+@pytest.mark.parametrize("variant", ["mindie", "training", "init", "a3", "pd"])
+def test_every_container_that_runs_the_agent_mounts_the_host_s_npu_smi(variant: str) -> None:
+    # Issue 36: no image ships npu-smi; without the host's, `discover` said "super pod -
+    # [npu-smi not found]" and --a3 pods built v1.0, and the busy-NPU pre-flight and
+    # doctor's npu.processes had nothing to ask. MindIE's/vllm-ascend's container
+    # instructions bind npu-smi, /usr/local/dcmi and /etc/ascend_install.info.
+    if variant == "pd":
+        from ascend_node.manifest_pd import PdShape, render_pd_job
+
+        doc = render_pd_job(ManifestParams(kind="mindie", name="j", nodes=1, image="img",
+                                           pvc="pvc", run_id="r1"), PdShape())
+        specs = [t["template"]["spec"] for t in doc["spec"]["tasks"]
+                 if t["name"].startswith(("prefill", "decode"))]
+    else:
+        kw: dict[str, Any] = {"init": {"init_container": True}, "a3": {"a3": True},
+                              }.get(variant, {})
+        doc = job("training" if variant == "training" else "mindie", **kw)
+        specs = [t["template"]["spec"] for t in doc["spec"]["tasks"]]
+    for spec in specs:
+        volumes = {v["name"]: v for v in spec["volumes"]}
+        for c in [*spec.get("initContainers", []), *spec["containers"]]:
+            mounted = {m["mountPath"]: m for m in c["volumeMounts"]}
+            for path, kind in HOST_TOOLS.items():
+                m = mounted[path]
+                assert m["readOnly"] is True
+                assert volumes[m["name"]]["hostPath"] == {"path": path, "type": kind}
+        if variant == "a3":
+            for c in [*spec.get("initContainers", []), *spec["containers"]]:
+                assert env_of(c)["ASCEND_NODE_A3"] == "1"
+    bare = job("mindie", mount_driver=False)
+    for t in bare["spec"]["tasks"]:
+        for c in t["template"]["spec"]["containers"]:
+            assert not set(HOST_TOOLS) & {m["mountPath"] for m in c["volumeMounts"]}

@@ -15,8 +15,10 @@ node's driver directory holds the real one. Root only; skips without podman/mmde
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import itertools
+import json
 import os
 import secrets as random_source
 import subprocess
@@ -24,19 +26,19 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import pytest
 import yaml
 
-from ascend_node.sim.cluster import device_ip
+from ascend_node.sim.cluster import device_ip, sdid
 from ascend_node.sim.fake_tools import (
-    HCCN_TOOL_SCRIPT,
     SIM_MODEL_CONFIG,
     FakeDevice,
+    SuperPodSeat,
     write_node_data,
 )
-from tests.kubelet_bed import KubeletBed, PodPlan
+from tests.kubelet_bed import KubeletBed, PodPlan, npu_count
 
 pytestmark = [pytest.mark.containers]
 
@@ -93,12 +95,12 @@ def bed() -> Iterator[Any]:
         assert not left, f"left after teardown: {left}"
 
 
-def render(name: str, nodes: int, *flags: str) -> dict[str, Any]:
+def render(name: str, nodes: int, *flags: str, npus: int = NPUS) -> dict[str, Any]:
     """What a platform engineer would `kubectl apply`: the command's own YAML output."""
     done = subprocess.run(
         [sys.executable, "-m", "ascend_node", "manifest", "--kind", "mindie", "--name", name,
          "--nodes", str(nodes), "--image", "localhost/ascend-node-mindie:test", "--pvc",
-         "model", "--npus-per-node", str(NPUS), "--model-path", MODEL_PATH, "--timeout", "90",
+         "model", "--npus-per-node", str(npus), "--model-path", MODEL_PATH, "--timeout", "90",
          *flags], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     docs = [d for d in yaml.safe_load_all(done.stdout) if d]
@@ -106,19 +108,20 @@ def render(name: str, nodes: int, *flags: str) -> dict[str, Any]:
     return job  # type: ignore[no-any-return]
 
 
-def node_files(node: Path, plan: PodPlan) -> None:
-    """A node as the device plugin's hosts are: the driver with hccn_tool, /etc/hccn.conf."""
+def node_files(node: Path, plan: PodPlan, a3: bool = False) -> None:
+    """A node as the device plugin's hosts are: the driver with hccn_tool, npu-smi with
+    /usr/local/dcmi and /etc/ascend_install.info, /etc/hccn.conf (container_bed's
+    `write_node_root`, the bed's only source of vendor tools); the fake NPUs' answers in
+    the driver directory. `a3`: an Atlas A3 node of super pod 0 (npu-smi's spod-info)."""
     index = int(plan.ip.rsplit(".", 1)[1]) - 10
-    tools = node / "usr/local/Ascend/driver/tools"
-    tools.mkdir(parents=True, exist_ok=True)
-    (tools / "hccn_tool").write_text(HCCN_TOOL_SCRIPT)
-    (tools / "hccn_tool").chmod(0o755)
+    npus = npu_count(plan.container) or NPUS
+    cb.write_node_root(node, "".join(
+        f"address_{d}={device_ip(index, d)}\nnetmask_{d}=255.255.255.0\n" for d in range(npus)))
+    seat = SuperPodSeat(0, 2, index) if a3 else None
     write_node_data(node / "usr/local/Ascend/driver/sim-data",
-                    [FakeDevice(d, device_ip(index, d)) for d in range(NPUS)])
-    etc = node / "etc"
-    etc.mkdir(parents=True, exist_ok=True)
-    (etc / "hccn.conf").write_text("".join(
-        f"address_{d}={device_ip(index, d)}\nnetmask_{d}=255.255.255.0\n" for d in range(NPUS)))
+                    [FakeDevice(d, device_ip(index, d),
+                                sdid=sdid(seat, d) if seat is not None else None)
+                     for d in range(npus)], seat)
 
 
 def _flag(flags: tuple[str, ...], name: str) -> Any:
@@ -129,7 +132,8 @@ class Run:
     """A rendered Job on the kubelet bed, with its PVC and the fake daemon's marks."""
 
     def __init__(self, bed: Any, job: dict[str, Any], load_s: float = LOAD_S,
-                 secrets: Any = None, flags: tuple[str, ...] = ()) -> None:
+                 secrets: Any = None, flags: tuple[str, ...] = (),
+                 server_config: Optional[dict[str, Any]] = None, a3: bool = False) -> None:
         self.bed, self.job = bed, job
         self.shared = bed.work / "pvcs" / job["metadata"]["name"]
         subprocess.run(["rm", "-rf", str(self.shared)], check=True)
@@ -146,14 +150,23 @@ class Run:
         if uid is not None:
             subprocess.run(["chown", "-R", f"{uid}:{uid}", str(self.shared)], check=True)
 
+        extra: dict[str, str] = {}
+        if server_config is not None:
+            # A MindIE config.json the platform engineer prepared (the init-container
+            # variant patches none), named by MindIE's own variable.
+            (self.shared / SIM_DIR / "mindie-config.json").write_text(json.dumps(server_config))
+            (self.shared / SIM_DIR / "mindie-config.json").chmod(0o640)
+            extra["MIES_CONFIG_JSON_PATH"] = f"{MODEL_PATH}/{SIM_DIR}/mindie-config.json"
+
         def fakes(plan: PodPlan) -> dict[str, str]:
             return {"ASCEND_NODE_SIM_DATA": "/usr/local/Ascend/driver/sim-data",
                     "ASCEND_NODE_SIM_SERVE": "health", "ASCEND_NODE_SIM_LOAD_S": str(load_s),
                     "ASCEND_NODE_SIM_REPORT": f"{MODEL_PATH}/{SIM_DIR}/{plan.name}",
-                    "PYTHONUNBUFFERED": "1"}
+                    "PYTHONUNBUFFERED": "1", **extra}
 
         self.kb = KubeletBed(bed, job, next(SUBNETS), {"model": self.shared}, secrets,
-                             extra_env=fakes, node_files=node_files)
+                             extra_env=fakes,
+                             node_files=functools.partial(node_files, a3=a3))
 
     def __enter__(self) -> Run:
         self.kb.start()
@@ -265,3 +278,59 @@ def test_an_abnormal_mindie_turns_unready_then_liveness_ends_the_pod(bed: Any) -
         assert pod.exit_code == 143, run.kb.describe()  # SIGTERM via tini, inside the grace
         assert unready - t0 < live.period * live.failure_threshold
         assert "Daemon start success!" in bed.logs(pod.name)
+
+
+def test_the_init_container_variant_sees_its_npus_and_is_ready_only_once_mindie_is(
+        bed: Any) -> None:
+    """Issue 36: `--init-container` as rendered. The init container requests the server's
+    NPUs (the device plugin gives none to a container that does not: `ranktable` exited 1,
+    "no NPU visible"), and the server container, whose image need not have the agent, gets
+    the plain variant's probes asked by the kubelet: no pod Ready while MindIE loads."""
+    job = render("pods-init", 2, "--init-container", "--no-https")
+    shipped = json.loads((ROOT / "ascend_node/sim/data/mindie-config.json").read_text())
+    shipped["ServerConfig"]["httpsEnabled"] = False  # the image's file, right for this job
+    with Run(bed, job, server_config=shipped) as run:
+        pods = run.kb.pods
+
+        def settled() -> bool:
+            failed = [p for p in pods if p.phase == "Failed"]
+            assert not failed, run.kb.describe()
+            return all(p.first_ready_wall for p in pods)
+
+        run.kb.wait_for(settled, 240, "every pod Ready")
+        master = pods[0]
+        served = run.loaded_at(master.name)
+        assert served, run.kb.describe()
+        for pod in pods:
+            assert pod.inits and pod.first("init ranktable exited 0") is not None
+            assert pod.first_ready_wall is not None and pod.first_ready_wall >= served, \
+                run.kb.describe()
+            assert any(not ok for kind, _, _, ok, _ in pod.probe_log if kind == "startup"), \
+                "the startup probe must have waited through the load"
+            env = run.daemon_env(pod.name)
+            assert env["MIES_CONTAINER_IP"] == pod.plan.ip
+            assert env["MASTER_IP"] == master.plan.ip
+            assert env["WORLD_SIZE"] == str(2 * NPUS)
+            assert env["ASCEND_VISIBLE_DEVICES"] == "0,1,2,3"
+            assert env["RANK_TABLE_FILE"] == "/run/ascend-node/ranktable.json"
+
+
+def test_an_a3_job_reaches_the_node_s_npu_smi_and_builds_rank_table_v1_2(bed: Any) -> None:
+    """Issue 36: the image has no npu-smi (no MindIE image does); the rendered `--a3` Job
+    mounts the host's (and its /usr/local/dcmi, /etc/ascend_install.info), so every pod
+    reads its super pod and the pods build rank table v1.2, without a warning. Before,
+    `discover` said `super pod - [npu-smi not found]` and the table was v1.0."""
+    job = render("pods-a3", 2, "--a3", "--no-https", npus=8)
+    with Run(bed, job, load_s=1.0, a3=True) as run:
+        pods = run.kb.pods
+        run.kb.wait_for(lambda: all(run.loaded_at(p.name) for p in pods)
+                        or any(p.phase == "Failed" for p in pods), 240,
+                        "every fake daemon finished its load")
+        assert all(p.phase == "Running" for p in pods), run.kb.describe()
+        table = json.loads((run.shared / "ranktable-pods-a3.json").read_text())
+        assert table["version"] == "1.2", table
+        assert [p["super_pod_id"] for p in table["super_pod_list"]] == ["0"]
+        for pod in pods:
+            assert "rendered for Atlas A3" not in bed.logs(pod.name)
+            done = bed.podman("exec", pod.name, "ascend-node", "discover", check=False)
+            assert "npu-smi not found" not in done.stdout + done.stderr, done.stdout

@@ -106,3 +106,37 @@ def test_super_pods_interleaved_in_node_order_are_listed_contiguously(tmp_path: 
         pod_ip(0), pod_ip(2), pod_ip(1), pod_ip(3)]
     assert validate_rank_table(table, "mindie") == []
     assert len({(r.state_dir / "ranktable.json").read_bytes() for r in results}) == 1
+
+
+def test_a_job_rendered_for_a3_on_nodes_without_a_super_pod_warns_on_every_pod_and_in_report(
+    tmp_path: Path
+) -> None:
+    # Issue 36: `manifest --a3` pods without npu-smi (or on A2 nodes) quietly built a v1.0
+    # table. The manifest sets ASCEND_NODE_A3=1; every node still agrees on v1.0 (all say
+    # "no super pod"), but each says so, and `report` leads with the warning.
+    (tmp_path / "shared").mkdir()
+    spec = SimSpec(nodes=2, devices=4, run_id="a3-missing", timeout=20,
+                   extra_env={"ASCEND_NODE_A3": "1"})
+    results = launch(prepare(spec, tmp_path / "work", tmp_path / "shared"), 30)
+    assert codes(results) == [0, 0], explain(results)
+    warning = "rendered for Atlas A3 (ASCEND_NODE_A3, manifest --a3), but this node reports " \
+              "no super pod ("
+    for r in results:
+        assert warning in r.stderr, explain(results)
+        assert "the rank table will be v1.0, not the v1.2 an A3 SuperPoD needs" in r.stderr
+    table = json.loads((tmp_path / "shared" / "ranktable-a3-missing.json").read_text())
+    assert table["version"] == "1.0"
+    report = subprocess.run(
+        [sys.executable, "-m", "ascend_node", "report", "--shared-dir",
+         str(tmp_path / "shared"), "--run-id", "a3-missing"],
+        capture_output=True, text=True, timeout=60)
+    assert report.returncode == 0, report.stderr
+    lines = [ln for ln in report.stdout.splitlines() if ln.startswith("warning (2 of 2 nodes")]
+    assert len(lines) == 1 and warning in lines[0], report.stdout
+    # a node that does report its super pod says nothing of the kind
+    (tmp_path / "a3").mkdir()
+    (tmp_path / "a3" / "shared").mkdir()
+    fine = launch(prepare(a3_spec(2, ASCEND_NODE_A3="1"), tmp_path / "a3" / "work",
+                          tmp_path / "a3" / "shared"), 30)
+    assert codes(fine) == [0, 0], explain(fine)
+    assert not any("rendered for Atlas A3" in r.stderr for r in fine)

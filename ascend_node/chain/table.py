@@ -83,14 +83,29 @@ def discover(
 
 
 def probe_super_pod(settings: Settings, ids: tuple[int, ...], npu_smi: str) -> SuperPodProbe:
-    """The A3 super pod of this node (rank table v1.2), unless --table-version 1.0."""
+    """The A3 super pod of this node (rank table v1.2), unless --table-version 1.0.
+
+    A Job rendered for A3 nodes (`ASCEND_NODE_A3`, `manifest --a3`) whose node reports
+    none (npu-smi not mounted, an A2 node under the A3 label) still goes on with `auto`
+    (every other node may say the same: a v1.0 table then), but never silently: a warning
+    in the log and in the node's shared summary, which `report` shows."""
     if settings.table_version == "1.0":
         return SuperPodProbe(None, "not asked (--table-version 1.0)")
     started = time.monotonic()
     probe = query_super_pod(ids, npu_smi, settings.tool_timeout,
                             required=settings.table_version == "1.2")
     log.debug("super pod: %s (%.3f s)", probe.note, time.monotonic() - started)
+    if settings.a3 and probe.super_pod is None:
+        events.warn(a3_warning(probe.note))
     return probe
+
+
+def a3_warning(note: str) -> str:
+    """One line: asked for A3, found no super pod, what the table becomes and what to do."""
+    return (f"rendered for Atlas A3 (ASCEND_NODE_A3, manifest --a3), but this node reports "
+            f"no super pod ({note}): the rank table will be v1.0, not the v1.2 an A3 "
+            "SuperPoD needs; mount the host's npu-smi (docs/deploy.md, \"Host files\") or "
+            "pass --table-version 1.2 to stop instead")
 
 
 def table_source(settings: Settings) -> SourceChoice:

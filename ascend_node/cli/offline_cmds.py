@@ -197,8 +197,8 @@ def manifest(
     npu_resource: Annotated[str, typer.Option(
         "--npu-resource", help="Extended resource name of the NPUs")] = "huawei.com/Ascend910",
     no_driver_mounts: Annotated[bool, typer.Option(
-        "--no-driver-mounts", help="Do not mount the host's /usr/local/Ascend/driver "
-        "(the image brings its own driver tools)")] = False,
+        "--no-driver-mounts", help="Do not mount the host's driver, /etc/hccn.conf, npu-smi, "
+        "/usr/local/dcmi, /etc/ascend_install.info (the runtime provides them)")] = False,
     rendezvous_key: Annotated[bool, typer.Option(
         "--rendezvous-key", help="Also render a Secret <name>-rendezvous-key holding a fresh "
         "random key, mounted in every pod: rendezvous documents are then signed")] = False,

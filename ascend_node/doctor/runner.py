@@ -85,6 +85,8 @@ from ascend_node.ranktable import Problem, validate_file
 from ascend_node.rendezvous.store import RunPaths, Valid, read_bytes_nofollow, write_doc
 from ascend_node.settings import Settings
 from ascend_node.sources.mindcluster_file import judge_hccl_json, read_hccl_json
+from ascend_node.statedir import StatusDoc
+from ascend_node.status import recorded_process_runs
 from ascend_node.tools import ToolResult, run_tool
 
 
@@ -417,7 +419,11 @@ def _server_count(table: Optional[Mapping[str, Any]]) -> Optional[int]:
     return len(servers) if isinstance(servers, list) else None
 
 
-def _server_pid(state_dir: Path) -> Optional[int]:
+def _server_pid(state_dir: Path,
+                runs: Callable[[StatusDoc], bool] = recorded_process_runs) -> Optional[int]:
+    """The pid of the server `boot` exec'd, while that very process runs (`runs`: alive and
+    started before its record, as `status --serving` asks): a recorded pid that is gone, or
+    now another process's, vouches for no NPU holder and no HCCL listener."""
     from ascend_node.handoff.outputs import read_status
 
     try:
@@ -426,7 +432,7 @@ def _server_pid(state_dir: Path) -> Optional[int]:
         return None
     if status is None or status.state != "done" or status.command != "boot":
         return None
-    return status.pid
+    return status.pid if runs(status) else None
 
 
 def _server_env(environ: Mapping[str, str], state_dir: Path) -> dict[str, str]:

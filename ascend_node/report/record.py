@@ -37,6 +37,7 @@ SummaryState = Literal["table", "exec", "failed"]
 MAX_SUMMARY_BYTES = 64 * 1024  # an 8-NPU boot writes about 2.3 KiB, a 16-NPU one 3.5 KiB
 MAX_PHASES = 160  # a boot records about 15 events plus one per NPU
 MAX_CAUSE = 300
+MAX_WARNING = 600
 PHASE_PATTERN = r"^[a-z_]{1,32}(\.[a-z_]{1,32}){0,2}$"
 _PHASE = re.compile(PHASE_PATTERN)
 
@@ -128,7 +129,8 @@ def spans_from_events(evs: Iterable[Mapping[str, Any]], offset: float,
     for event in sorted(evs, key=lambda e: _number(e.get("start"))):
         name = event.get("phase")
         start, end = _number(event.get("start")), _number(event.get("end"))
-        if (not isinstance(name, str) or name == "run" or not _PHASE.match(name)
+        if (not isinstance(name, str) or name in ("run", events.WARNING_PHASE)
+                or not _PHASE.match(name)
                 or start <= 0 or end < start):
             continue
         device = event.get("device")
@@ -175,13 +177,15 @@ def build_summary(
         exit_code = code if isinstance(code, int) and 0 <= code <= 255 else 1
         cause = str(detail.get("cause") or detail.get("error") or "")[:MAX_CAUSE]
     kept = events.current().kept if run_events is None else run_events
+    warning = next((str(e.get("warning", ""))[:MAX_WARNING] for e in kept
+                    if e.get("phase") == events.WARNING_PHASE), "")
     return {
         "schema_version": 1, "kind": "node-summary", "run_id": paths.run_id,
         "attempt_id": attempt_id, "global_index": identity.global_index,
         "name": identity.name[:64], "node_count": identity.node_count,
         "pod_ip": identity.pod_ip[:64], "agent_version": __version__[:64],
         "command": "boot" if command == "boot" else "ranktable", "state": state,
-        "exit_code": exit_code, "cause": cause,
+        "exit_code": exit_code, "cause": cause, "warning": warning,
         "clock": {"offset": clock[0], "uncertainty": clock[1], "source": clock[2]},
         "container_start": round(pid1 + off, 6) if pid1 is not None else None,
         "container_start_source": why[:120],

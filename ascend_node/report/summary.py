@@ -17,7 +17,13 @@ from typing import Annotated, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ascend_node.report.record import MAX_CAUSE, MAX_PHASES, PHASE_PATTERN, SummaryState
+from ascend_node.report.record import (
+    MAX_CAUSE,
+    MAX_PHASES,
+    MAX_WARNING,
+    PHASE_PATTERN,
+    SummaryState,
+)
 
 SCHEMA_VERSION: Literal[1] = 1
 _ID = r"^[A-Za-z0-9_.:-]{1,128}$"
@@ -68,6 +74,7 @@ class NodeSummary(BaseModel):
     state: SummaryState  # table: the rendezvous gave the table; exec: handed over
     exit_code: Optional[int] = Field(default=None, ge=0, le=255)  # when the process fails
     cause: str = Field(default="", max_length=MAX_CAUSE)
+    warning: str = Field(default="", max_length=MAX_WARNING)  # the run's first (events.warn)
     clock: ClockNote
     container_start: Optional[VolumeTime] = None
     container_start_source: str = Field(default="", max_length=120)

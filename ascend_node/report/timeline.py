@@ -239,7 +239,20 @@ def cause_lines(summaries: tuple[NodeSummary, ...], missing: tuple[str, ...], t0
         absent = f"never arrived ({len(missing)}): {', '.join(missing)}"
         timed_out = bool(failed) and failed[0].exit_code == 4
         lines.insert(0 if timed_out else len(lines), absent)
-    return lines
+    return lines + warning_lines(summaries)
+
+
+def warning_lines(summaries: tuple[NodeSummary, ...]) -> list[str]:
+    """One line per distinct warning the nodes left (events.warn), naming who said it."""
+    said: dict[str, list[str]] = {}
+    for s in sorted(summaries, key=lambda s: s.global_index):
+        if s.warning:
+            said.setdefault(s.warning, []).append(s.name)
+    out = []
+    for text, names in said.items():
+        shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+        out.append(f"warning ({len(names)} of {len(summaries)} nodes: {shown}): {text}")
+    return out
 
 
 def _master_count(summaries: tuple[NodeSummary, ...]) -> Optional[int]:

@@ -106,9 +106,13 @@ def wait_for_slaves(slaves: list[tuple[str, int]]) -> None:
             time.sleep(0.2)
 
 
-def make_server(config: dict[str, Any], install: Path, state: State) -> ThreadingHTTPServer:
+def make_server(config: dict[str, Any], install: Path, state: State,
+                environ: dict[str, str] | None = None) -> ThreadingHTTPServer:
     server_conf = config["ServerConfig"]
-    host = server_conf.get("managementIpAddress", "127.0.0.2")
+    # MindIE's MIES_CONTAINER_MANAGEMENT_IP overrides managementIpAddress (pd/server_config.py;
+    # the init-container variant sets it so that the kubelet's httpGet reaches the pod IP).
+    host = ((environ or {}).get("MIES_CONTAINER_MANAGEMENT_IP", "").strip()
+            or server_conf.get("managementIpAddress", "127.0.0.2"))
     port = int(server_conf.get("managementPort", 1026))
 
     class Handler(BaseHTTPRequestHandler):
@@ -159,7 +163,7 @@ def main() -> int:
         state = State(float(environ.get("ASCEND_NODE_SIM_LOAD_S", "0") or 0),
                       int(environ.get("ASCEND_NODE_SIM_LOAD_STATUS", "503") or 503),
                       len(slaves))
-        httpd = make_server(config, install, state)
+        httpd = make_server(config, install, state, environ)
     except (OSError, ValueError, KeyError, TypeError, ssl.SSLError) as exc:
         print(f"fake daemon: cannot start the management server: {exc}", file=sys.stderr)
         return 1
