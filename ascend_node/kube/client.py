@@ -90,7 +90,7 @@ class Client:
         self._prefix = url.path.rstrip("/")  # a server behind a path (a proxy) keeps it
         self._ctx = ssl_context(endpoint)
         self._conn: Optional[http.client.HTTPSConnection] = None
-        self._token_cache: tuple[Optional[tuple[int, int]], Optional[str]] = (None, None)
+        self._token_cache: tuple[Optional[tuple[int, int, int]], Optional[str]] = (None, None)
 
     # -- plumbing ---------------------------------------------------------------------
 
@@ -101,7 +101,7 @@ class Client:
             return ep.token
         try:
             st = os.stat(ep.token_file)
-            key = (st.st_mtime_ns, st.st_ino)
+            key = (st.st_mtime_ns, st.st_ino, st.st_size)
             if self._token_cache[0] != key:
                 with open(ep.token_file, encoding="utf-8") as fh:
                     self._token_cache = (key, fh.read(1 << 16).strip())
