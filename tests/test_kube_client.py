@@ -318,3 +318,15 @@ def test_concurrent_clients_each_get_their_answer(pki: Pki, tmp_path: Path) -> N
         for t in threads:
             t.join(60)
     assert out == {f"n{i}": f"n{i}" for i in range(6)}
+
+
+def test_a_watch_of_one_object_is_refused_naming_it(pki: Pki, tmp_path: Path) -> None:
+    """A watch narrowed by `fieldSelector=metadata.name=<name>` is authorized by that name
+    (k8s.io/apiserver v0.30.2 pkg/endpoints/request/requestinfo.go:233), so a Role's
+    `resourceNames` decide it; the 403 line names the object."""
+    with serving(pki, lambda r: r.answer(403, status(403, "Forbidden", "no"))) as srv, \
+            pytest.raises(Forbidden) as info:
+        list(client(srv.url, pki, tmp_path).watch(
+            CONFIGMAPS, field_selector="metadata.name==job-rdzv-attempt"))
+    assert 'watch configmaps "job-rdzv-attempt" in namespace "team-a"' in str(info.value)
+    assert "fieldSelector=metadata.name%3D%3Djob-rdzv-attempt" in srv.seen[0][1]

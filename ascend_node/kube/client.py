@@ -190,10 +190,11 @@ class Client:
         call = Call("get", res, self.namespace, name)
         return self.request("GET", call, res.path(self.namespace, name))
 
-    def list(self, res: Resource, label_selector: Optional[str] = None) -> dict[str, Any]:
-        call = Call("list", res, self.namespace)
-        query = {"labelSelector": label_selector} if label_selector else None
-        return self.request("GET", call, res.path(self.namespace, query=query))
+    def list(self, res: Resource, label_selector: Optional[str] = None,
+             field_selector: Optional[str] = None) -> dict[str, Any]:
+        call = Call("list", res, self.namespace, _selected_name(field_selector))
+        query = _selectors(label_selector, field_selector)
+        return self.request("GET", call, res.path(self.namespace, query=query or None))
 
     def create(self, res: Resource, obj: dict[str, Any]) -> dict[str, Any]:
         """Create-if-absent: a taken name raises `AlreadyExists`."""
@@ -221,19 +222,20 @@ class Client:
 
     def watch(self, res: Resource, resource_version: Optional[str] = None,
               label_selector: Optional[str] = None, timeout_seconds: int = 60,
-              idle_timeout: Optional[float] = None) -> Iterator[dict[str, Any]]:
+              idle_timeout: Optional[float] = None,
+              field_selector: Optional[str] = None) -> Iterator[dict[str, Any]]:
         """Events of `res` in the namespace, from `resource_version`, for up to
         `timeout_seconds` (then the server ends the stream and the generator returns).
         A stream silent for `idle_timeout` (default: `timeout_seconds` + the call time-out)
         raises `ApiUnanswered`, as does a stream cut inside an event; an ERROR event raises
-        the exception of its Status (a 410 `Gone`: list again)."""
-        call = Call("watch", res, self.namespace)
+        the exception of its Status (a 410 `Gone`: list again). A `field_selector` of
+        `metadata.name=<name>` watches one object, and RBAC then authorizes the watch by that
+        name (a Role's `resourceNames` can allow it)."""
+        call = Call("watch", res, self.namespace, _selected_name(field_selector))
         query = {"watch": "true", "timeoutSeconds": str(int(timeout_seconds)),
-                 "allowWatchBookmarks": "true"}
+                 "allowWatchBookmarks": "true", **_selectors(label_selector, field_selector)}
         if resource_version:
             query["resourceVersion"] = resource_version
-        if label_selector:
-            query["labelSelector"] = label_selector
         idle = idle_timeout if idle_timeout is not None else timeout_seconds + self.timeout
         conn = self._connection(self.timeout)
         try:
@@ -282,3 +284,25 @@ class Client:
                 raise error_for(call, int(status.get("code") or 500),
                                 json.dumps(status).encode())
             yield event
+
+
+def _selectors(label: Optional[str], fields: Optional[str]) -> dict[str, str]:
+    out = {}
+    if label:
+        out["labelSelector"] = label
+    if fields:
+        out["fieldSelector"] = fields
+    return out
+
+
+def _selected_name(fields: Optional[str]) -> Optional[str]:
+    """The name a list or watch is narrowed to, as the API server reads it for RBAC
+    (k8s.io/apiserver v0.30.2 pkg/endpoints/request/requestinfo.go:233: an exact
+    `metadata.name` field selector makes the request's name that name)."""
+    if not fields:
+        return None
+    for term in fields.split(","):
+        key, sep, value = term.partition("=")
+        if key.strip() == "metadata.name" and sep:
+            return value[1:].strip() if value.startswith("=") else value.strip()
+    return None
