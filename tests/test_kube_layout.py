@@ -21,15 +21,19 @@ from ascend_node.ranktable.render import render_rank_table
 from ascend_node.rendezvous.kube_layout import (
     CONFIGMAP_LIMIT,
     JOB_UID_LABEL,
+    MAX_TABLE_TEXT,
     PART_BYTES,
     JobIdentity,
+    ObjectRefused,
     TablePartsError,
     all_names,
+    document_object,
     job_identity,
     join_table,
     new_object,
     object_name,
     ownership_problem,
+    read_document,
     role_rules,
     split_table,
     table_part,
@@ -205,13 +209,11 @@ SHA, PARTS = split_table(TEXT, part_bytes=8)
 ])
 def test_bad_parts_are_refused_naming_the_fault(parts: list[Optional[bytes]], sha: str,
                                                 expected: str) -> None:
-    with pytest.raises(TablePartsError, match=expected.replace("(", r"\(").replace(")", r"\)")
-                       .replace("[", r"\[").replace("]", r"\]")):
+    with pytest.raises(TablePartsError, match=re.escape(expected)):
         join_table(parts, sha)
 
 
 def test_a_gzip_bomb_is_refused() -> None:
-    from ascend_node.rendezvous.kube_layout import MAX_TABLE_TEXT
     blob = _gz(b" " * (MAX_TABLE_TEXT + 10))
     with pytest.raises(TablePartsError, match="larger than 64 MiB"):
         join_table([blob], "0" * 64)
@@ -249,3 +251,39 @@ def test_the_role_allows_exactly_the_calls_of_the_design() -> None:
     assert "mindie-4-rdzv-attempt" in names and "mindie-4-rdzv-table-0" in names
     assert all(r["resources"] == ["configmaps"] and r["apiGroups"] == [""] for r in rules)
     assert not any("delete" in r["verbs"] or "patch" in r["verbs"] for r in rules)
+
+
+def test_documents_sit_under_the_layouts_keys() -> None:
+    attempt = document_object(JOB, "attempt", attempt_json='{"kind": "attempt"}')
+    assert attempt["data"] == {"attempt.json": '{"kind": "attempt"}'}
+    assert read_document(JOB, attempt, "attempt", "attempt.json") == '{"kind": "attempt"}'
+    assert read_document(JOB, attempt, "attempt", "outcome.json") is None  # not yet
+    slot = document_object(JOB, "node", 5, slot_json="{}")
+    assert slot["metadata"]["name"] == "mindie-4-rdzv-node-5"
+    with pytest.raises(ValueError, match=re.escape("not ['outcome.json']")):
+        document_object(JOB, "node", 5, outcome_json="{}")
+
+
+def _doc_with(**over: Any) -> dict[str, Any]:
+    obj = document_object(JOB, "node", 5, slot_json="{}")
+    for key, value in over.items():
+        obj[key] = value
+    return obj
+
+
+@pytest.mark.parametrize(("obj", "kind", "key", "expected"), [
+    (_doc_with(), "attempt", "attempt.json", "holds a 'node', not a 'attempt'"),
+    (_doc_with(), "node", "outcome.json", "a node object holds no 'outcome.json'"),
+    (_doc_with(data={"slot.json": 5}), "node", "slot.json", "slot.json is not text"),
+    (_doc_with(data=["x"]), "node", "slot.json", "data is not a mapping"),
+    (_doc_with(data={"slot.json": "{}", "extra": "x"}), "node", "slot.json",
+     "keys ['extra'] are not the layout"),
+    (_doc_with(binaryData={"slot.json": "e30="}), "node", "slot.json",
+     "keys ['slot.json'] are not the layout"),
+    (_with(_doc_with(), labels={}), "node", "slot.json", "is not this job's"),
+])
+def test_a_document_object_that_is_not_ours_or_not_the_layout_is_refused(
+        obj: dict[str, Any], kind: str, key: str, expected: str) -> None:
+    with pytest.raises(ObjectRefused) as info:
+        read_document(JOB, obj, kind, key)
+    assert expected in str(info.value)

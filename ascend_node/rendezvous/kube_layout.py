@@ -171,16 +171,61 @@ def ownership_problem(job: JobIdentity, obj: Mapping[str, Any], kind: str) -> Op
     return None
 
 
-def document_text(obj: Mapping[str, Any], key: str) -> Optional[str]:
-    """The document under `data[key]`, or None when absent or not text (the caller treats
-    it as a missing document, as an unreadable file on the volume)."""
-    value = (obj.get("data") or {}).get(key)
-    return value if isinstance(value, str) else None
+# What each object holds in `data`: the same JSON documents the volume holds in files
+# (rendezvous/models.py), so the decisions (decide.py) are the volume's, word for word.
+KEYS: dict[str, tuple[str, ...]] = {
+    "attempt": ("attempt.json", "outcome.json"),  # node 0: the attempt, then its outcome
+    "node": ("slot.json",),                       # node g: member, failure or conflict
+    "progress": ("progress.json",),               # node 0: who is present, who is missing
+}
+
+
+class ObjectRefused(ValueError):
+    """An object that cannot be taken as this job's document (one-line reason): treated as
+    a missing document, as an unreadable file on the volume is, and named in the logs."""
+
+
+def document_object(job: JobIdentity, kind: str, index: Optional[int] = None,
+                    **documents: str) -> dict[str, Any]:
+    """An attempt, slot or progress object holding `documents` by key (`attempt_json=...`
+    for "attempt.json"); a key the layout does not have is a bug (ValueError)."""
+    data = {key.replace("_json", ".json"): text for key, text in documents.items()}
+    unknown = set(data) - set(KEYS.get(kind, ()))
+    if unknown:
+        raise ValueError(f"{kind} objects hold {KEYS.get(kind, ())}, not {sorted(unknown)}")
+    return new_object(job, kind, index, data=data)
+
+
+def read_document(job: JobIdentity, obj: Mapping[str, Any], kind: str,
+                  key: str) -> Optional[str]:
+    """The text under `data[key]` of this job's object of `kind`; None when the object is
+    ours but does not hold that document yet (an attempt without its outcome). Anything
+    else is `ObjectRefused`: another job's object, a key the layout does not have, a value
+    that is not text, or `binaryData` where text belongs."""
+    problem = ownership_problem(job, obj, kind)
+    if problem:
+        raise ObjectRefused(problem)
+    name = (obj.get("metadata") or {}).get("name", "?")
+    if key not in KEYS.get(kind, ()):
+        raise ObjectRefused(f"ConfigMap {name}: a {kind} object holds no {key!r}")
+    data = obj.get("data") or {}
+    if not isinstance(data, dict):
+        raise ObjectRefused(f"ConfigMap {name}: data is not a mapping")
+    stray = sorted(set(data) - set(KEYS[kind])) + sorted(obj.get("binaryData") or {})
+    if stray:
+        raise ObjectRefused(f"ConfigMap {name}: keys {stray} are not the layout of a {kind} "
+                            "object (written by hand?)")
+    value = data.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise ObjectRefused(f"ConfigMap {name}: {key} is not text")
+    return value
 
 
 # -- the table: gzip, then parts ----------------------------------------------------------
 
-class TablePartsError(ValueError):
+class TablePartsError(ObjectRefused):
     """The table's parts do not make the table the outcome names (one-line reason)."""
 
 
