@@ -31,6 +31,7 @@ from pathlib import Path
 
 PROBE = r"""
 import sys, os, time
+%s
 def rss():
     with open('/proc/self/status') as fh:
         for line in fh:
@@ -44,6 +45,16 @@ os.environ.update(env)  # lightkube reads the process environment only
 t1 = time.perf_counter()
 print(repr((len(sys.modules) - n0, rss() - r0, t1 - t0)))
 """
+
+PINNED = Path(__file__).resolve().parents[1] / "tests" / "pod_imports.json"
+POD_PATH = f"""
+import json
+for m in json.load(open({str(PINNED)!r}))["ranktable"]["ascend_node"]:
+    __import__(m)
+import typer, pydantic
+"""
+"""What a pod's `ranktable` has imported already (tests/pod_imports.json): the client's cost
+on that path is what it adds to this."""
 
 SETUP = {
     "kubernetes": """
@@ -65,6 +76,7 @@ from ascend_node.kube.client import Client
 api = Client(in_cluster(env, Path(SA)))
 """,
 }
+SETUP["ascend_node.kube, on the ranktable path"] = SETUP["ascend_node.kube"]
 
 
 def service_account(tmp: Path) -> Path:
@@ -99,7 +111,8 @@ def main() -> None:
     ap.add_argument("--other-python", default="/tmp/kc-bench-venv/bin/python")
     args = ap.parse_args()
     pythons = {"kubernetes": args.other_python, "lightkube": args.other_python,
-               "ascend_node.kube": sys.executable}
+               "ascend_node.kube": sys.executable,
+               "ascend_node.kube, on the ranktable path": sys.executable}
     rows: dict[str, dict[str, list[float]]] = {
         k: {"pass": [], "import": [], "importtime": [], "setup": [], "setup_in": [],
             "modules": [], "rss": []} for k in SETUP}
@@ -110,10 +123,11 @@ def main() -> None:
                 py = pythons[name]
                 r = rows[name]
                 r["pass"].append(wall([py, "-c", "pass"])[0])
-                mod = "ascend_node.kube.client" if name == "ascend_node.kube" else name
+                mod = name if "." not in name else "ascend_node.kube.client"
                 r["import"].append(wall([py, "-c", f"import {mod}"])[0])
                 r["importtime"].append(importtime_ms(py, mod))
-                t, out = wall([py, "-c", PROBE % code, str(sa)])
+                prelude = POD_PATH if "ranktable" in name else ""
+                t, out = wall([py, "-c", PROBE % (prelude, code), str(sa)])
                 modules, rss_kb, inside = eval(out.strip().splitlines()[-1])  # our own repr
                 r["setup"].append(t)
                 r["setup_in"].append(inside)

@@ -81,7 +81,7 @@ def in_cluster(env: Mapping[str, str], directory: Path = SERVICE_ACCOUNT_DIR) ->
     host = env.get("KUBERNETES_SERVICE_HOST", "").strip()
     port = env.get("KUBERNETES_SERVICE_PORT", "").strip()
     hint = ("run in a pod with a ServiceAccount token mounted (automountServiceAccountToken "
-            "not false), or give --kubeconfig")
+            "not false); outside a pod, use a kubeconfig")
     if not host or not port:
         raise ConfigError("KUBERNETES_SERVICE_HOST/KUBERNETES_SERVICE_PORT are not set: "
                           "not in a Kubernetes pod", hint)
@@ -251,7 +251,7 @@ def from_kubeconfig(flag: Optional[str], env: Mapping[str, str], context: Option
     """The operator's API server from a kubeconfig (see the module's docstring)."""
     paths = kubeconfig_paths(flag, env, home)
     docs = []
-    hint = "give --kubeconfig, or set KUBECONFIG"
+    hint = "set KUBECONFIG, or put the kubeconfig at ~/.kube/config"
     for path in paths:
         if not path.exists() and not flag and len(paths) > 1:
             continue  # kubectl skips a missing file of a $KUBECONFIG list
