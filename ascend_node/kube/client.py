@@ -39,7 +39,8 @@ from ascend_node.kube.resources import Call, Resource
 
 MAX_BODY = 64 << 20   # an answer larger than this is refused, not held in memory
 MAX_EVENT = 8 << 20   # one watch event (a ConfigMap is at most 1 MiB of data, plus metadata)
-_RETRY_ON_REUSE = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError)
+_RETRY_ON_REUSE = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError,
+                   ssl.SSLEOFError)  # how a kept-alive connection the server closed shows
 
 
 def ssl_context(ep: Endpoint) -> ssl.SSLContext:

@@ -81,9 +81,11 @@ def job_identity(env: Mapping[str, str], namespace: str) -> JobIdentity:
 
 
 def check_job_name(name: str, source: str) -> None:
-    """A vcjob name: a DNS label of at most 63 (Volcano's `svc` plugin names a Service after
-    the job, and a Service name is one). Every object name made from it (at most 63 + 16
-    characters) is then a valid ConfigMap name (a DNS subdomain of at most 253)."""
+    """A vcjob name: a DNS label of at most 63. Volcano v1.10.0's webhook holds it to 63
+    (pkg/webhooks/admission/jobs/validate/admit_job.go:347-350, `IsQualifiedName`), its `svc`
+    plugin names a Service after it (pkg/controllers/job/plugins/svc/svc.go:223-225), and its
+    pods `<job>-<task>-<i>` must be DNS subdomains: lowercase. Every object name made from it
+    (at most 63 + 16 characters) is then a valid ConfigMap name (a subdomain of at most 253)."""
     if len(name) > 63 or not _DNS_LABEL.match(name):
         raise ConfigError(f"{source}={name!r} is not a vcjob name (1-63 lowercase letters, "
                           "digits and '-')", "it is Volcano's annotation volcano.sh/job-name "
