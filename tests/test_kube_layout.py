@@ -13,6 +13,7 @@ import re
 import zlib
 from typing import Any, Optional
 
+import kubernetes_validate
 import pytest
 
 from ascend_node.errors import ConfigError
@@ -28,11 +29,13 @@ from ascend_node.rendezvous.kube_layout import (
     TablePartsError,
     all_names,
     document_object,
+    identity_env,
     job_identity,
     join_table,
     new_object,
     object_name,
     ownership_problem,
+    rbac_objects,
     read_document,
     role_rules,
     split_table,
@@ -287,3 +290,31 @@ def test_a_document_object_that_is_not_ours_or_not_the_layout_is_refused(
     with pytest.raises(ObjectRefused) as info:
         read_document(JOB, obj, kind, key)
     assert expected in str(info.value)
+
+
+K8S_VERSIONS = ("1.28", kubernetes_validate.latest_version())
+
+
+@pytest.mark.parametrize("version", K8S_VERSIONS)
+def test_the_rbac_objects_are_what_an_api_server_accepts(version: str) -> None:
+    """Checked against Kubernetes' own OpenAPI schemas (kubernetes-validate); that RBAC
+    then allows exactly these calls is proven on the bed (issue 37)."""
+    objects = rbac_objects("mindie-4", "team-a", 4)
+    for obj in objects:
+        kubernetes_validate.validate(obj, version, strict=True)
+    sa, role, binding = objects
+    assert binding["roleRef"]["name"] == role["metadata"]["name"] == sa["metadata"]["name"]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "mindie-4-ascend-node",
+                                    "namespace": "team-a"}]
+    assert role["rules"] == [r.as_rbac() for r in role_rules("mindie-4", 4)]
+
+
+def test_the_identity_comes_through_the_downward_api() -> None:
+    """The manifest's env entries resolve to exactly what `job_identity` reads."""
+    entries = {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in identity_env()}
+    assert entries == {
+        "ASCEND_NODE_JOB_NAME": "metadata.annotations['volcano.sh/job-name']",
+        "ASCEND_NODE_POD_GROUP": "metadata.annotations['scheduling.k8s.io/group-name']"}
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+           "spec": {"containers": [{"name": "c", "image": "i", "env": identity_env()}]}}
+    kubernetes_validate.validate(pod, K8S_VERSIONS[-1], strict=True)

@@ -329,3 +329,37 @@ def role_rules(job: str, node_count: int) -> list[Rule]:
              "pods share one ServiceAccount): the pods can read the namespace's ConfigMaps, "
              "which Kubernetes does not make confidential (Secrets are not covered)"),
     ]
+
+
+def identity_env() -> list[dict[str, Any]]:
+    """The container's environment entries that hand the agent its job's identity through
+    the downward API (`fieldRef` to the annotations Volcano sets,
+    job_controller_util.go:106-108)."""
+    return [
+        {"name": JOB_NAME_ENV, "valueFrom": {"fieldRef": {
+            "fieldPath": "metadata.annotations['volcano.sh/job-name']"}}},
+        {"name": POD_GROUP_ENV, "valueFrom": {"fieldRef": {
+            "fieldPath": "metadata.annotations['scheduling.k8s.io/group-name']"}}},
+    ]
+
+
+def service_account_name(job: str) -> str:
+    return f"{job}-ascend-node"
+
+
+def rbac_objects(job: str, namespace: str, node_count: int) -> list[dict[str, Any]]:
+    """The job's own ServiceAccount, Role (`role_rules`) and RoleBinding, for `manifest` to
+    render beside the vcjob; the pods then run with `serviceAccountName` set to it. One set
+    per job, so that no job's pods may update another job's objects."""
+    name = service_account_name(job)
+    meta = {"name": name, "namespace": namespace,
+            "labels": {MANAGED_BY: "ascend-node", JOB_NAME_LABEL: job}}
+    return [
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": dict(meta)},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": dict(meta),
+         "rules": [r.as_rbac() for r in role_rules(job, node_count)]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+         "metadata": dict(meta),
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+         "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}]},
+    ]
