@@ -12,6 +12,7 @@ watch of ConfigMaps; get of its own Pod), so a general client buys nothing it us
 - `errors`: one exception per outcome the callers decide on (403 names the Role rule that
   would grant the call; 409 Conflict apart from 409 AlreadyExists, for compare-and-set).
 - `client`: requests with time-outs, JSON in and out, and watches as generators.
+- `mirror`: the objects a selector matches, kept current by a list and then watches.
 
 No module of this package is on a pod's path yet (tests/pod_imports.json): the rendezvous
 through the API (issue 38) will import it only when `--rendezvous kube` is chosen.

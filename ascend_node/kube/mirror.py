@@ -58,8 +58,9 @@ class Mirror:
     def changes(self) -> Iterator[Change]:
         """LISTED first, then every change as it comes, and a TICK whenever a watch ends
         (at most `tick` seconds apart). Endless: the caller stops iterating. Errors of the
-        API (`ApiUnanswered`, `Forbidden`, ...) are raised to the caller; a 410 is not: it
-        lists again and says LISTED."""
+        API (`ApiUnanswered`, `Forbidden`, ...) are raised to the caller, and the copy and its
+        version stay: a new `changes()` after an unanswered call resumes from where this one
+        was. A 410 is not raised: it lists again and says LISTED."""
         while True:
             if self.resource_version is None:
                 self.relist()
