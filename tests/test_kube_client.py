@@ -3,10 +3,11 @@
 What is real here: TLS verified against a CA made by openssl, sockets, HTTP/1.1 keep-alive and
 chunked streams, time-outs, and answers in the API server's own shapes (`Status` objects as
 k8s.io/apimachinery v0.30.2 builds them; the store answers 409 AlreadyExists / 409 Conflict as
-the registry does; tests/kube_tls.py cites each). What is not: the API server itself. The proofs
-against a real kube-apiserver (RBAC's own 403, etcd's resourceVersions, a real watch, an API
-server restarted mid-call) come with the control-plane bed of issue 37 (`scripts/kube-bed`,
-marker `kube`), and are not claimed here.
+the registry does; tests/kube_tls.py cites each). What is not: the API server itself. Against a
+real kube-apiserver v1.30.2: tests/test_kube_apiserver.py (RBAC's own 403, the registry's 409s,
+etcd's resourceVersions under concurrent writers, the 1 MiB limit, a watch by label); an API
+server restarted mid-call and real ServiceAccount tokens in pods come with the control-plane
+bed of issue 37 (`scripts/kube-bed`, marker `kube`), and are not claimed here.
 """
 
 from __future__ import annotations

@@ -1,0 +1,316 @@
+"""The client and the objects' layout against a real kube-apiserver v1.30.2 (with etcd):
+RBAC's own 403, the registry's own 409s, etcd's resourceVersions under concurrent writers, the
+1 MiB limit, watches and label selectors as the API server serves them.
+
+The binaries are the control-plane bed's (issue 37: `go build` from the module proxy into
+~/.cache/ascend-node-kube/<versions>/bin); without them these tests skip and say so. This file
+starts only etcd and kube-apiserver, with static bearer tokens (an admin, and a user named as a
+ServiceAccount is, whom the RBAC objects the agent's design renders then allow or deny); the
+bed's own fixture (Volcano's controllers, real ServiceAccount tokens in pods, ownerReferences
+collected with a vcjob) takes over when it is merged.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+import subprocess
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Optional
+
+import pytest
+
+from ascend_node.kube.client import Client
+from ascend_node.kube.config import Endpoint
+from ascend_node.kube.errors import AlreadyExists, Conflict, Forbidden, Invalid, KubeError
+from ascend_node.kube.mirror import Change, Mirror
+from ascend_node.kube.resources import CONFIGMAPS, Call, Resource
+from ascend_node.ranktable.build import build_rank_table
+from ascend_node.ranktable.render import render_rank_table
+from ascend_node.rendezvous.kube_layout import (
+    CONFIGMAP_LIMIT,
+    JobIdentity,
+    join_table,
+    new_object,
+    ownership_problem,
+    rbac_objects,
+    split_table,
+    table_part,
+    table_part_object,
+)
+from tests.kube_tls import free_port, make_pki
+from tests.test_kube_layout import servers
+
+pytestmark = pytest.mark.kube
+
+NS = "team-a"
+AGENT = f"system:serviceaccount:{NS}:mindie-4-ascend-node"
+JOB = JobIdentity(NS, "mindie-4", "0f9c3f2e-1b2a-4c3d-9e8f-0123456789ab")
+ADMIN_TOKEN, AGENT_TOKEN = "admin-token-38", "agent-token-38"
+
+
+def _binaries() -> Optional[Path]:
+    for bin_dir in sorted((Path.home() / ".cache" / "ascend-node-kube").glob("k8s-v1.30.*/bin")):
+        if (bin_dir / "kube-apiserver").exists() and (bin_dir / "etcd").exists():
+            return bin_dir
+    return None
+
+
+def _wait_ready(url: str, ca: Path, deadline: float, procs: list[subprocess.Popen[bytes]]
+                ) -> None:
+    import ssl
+    ctx = ssl.create_default_context(cafile=str(ca))
+    while time.monotonic() < deadline:
+        for p in procs:
+            if p.poll() is not None:
+                raise RuntimeError(f"{p.args[0]} exited with {p.returncode}")
+        try:
+            req = urllib.request.Request(url + "/readyz",
+                                         headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
+            with urllib.request.urlopen(req, context=ctx, timeout=5) as answer:
+                if answer.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.5)
+    raise RuntimeError("kube-apiserver did not become ready")
+
+
+@pytest.fixture(scope="module")
+def apiserver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+    bin_dir = _binaries()
+    if bin_dir is None:
+        pytest.skip("no kube-apiserver/etcd v1.30 in ~/.cache/ascend-node-kube (built by the "
+                    "control-plane bed, issue 37: scripts/kube-bed)")
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl is not installed")
+    tmp = tmp_path_factory.mktemp("apiserver")
+    pki = make_pki(tmp / "pki")
+    subprocess.run(["openssl", "genrsa", "-out", str(tmp / "sa.key"), "2048"], check=True,
+                   capture_output=True)
+    subprocess.run(["openssl", "rsa", "-in", str(tmp / "sa.key"), "-pubout", "-out",
+                    str(tmp / "sa.pub")], check=True, capture_output=True)
+    (tmp / "tokens.csv").write_text(
+        f'{ADMIN_TOKEN},admin,admin-uid,"system:masters"\n'
+        f'{AGENT_TOKEN},{AGENT},agent-uid,"system:serviceaccounts,system:serviceaccounts:{NS}"\n')
+    client_port, peer_port, port = free_port(), free_port(), free_port()
+    etcd_url = f"http://127.0.0.1:{client_port}"
+    log = open(tmp / "log", "wb")  # noqa: SIM115 - closed below
+    etcd = subprocess.Popen(
+        [str(bin_dir / "etcd"), "--name", "kc", "--data-dir", str(tmp / "etcd"),
+         "--listen-client-urls", etcd_url, "--advertise-client-urls", etcd_url,
+         "--listen-peer-urls", f"http://127.0.0.1:{peer_port}",
+         "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer_port}",
+         "--initial-cluster", f"kc=http://127.0.0.1:{peer_port}", "--unsafe-no-fsync",
+         "--log-level", "warn"], stdout=log, stderr=log)
+    api = subprocess.Popen(
+        [str(bin_dir / "kube-apiserver"), f"--etcd-servers={etcd_url}",
+         "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", f"--secure-port={port}",
+         f"--tls-cert-file={pki.cert}", f"--tls-private-key-file={pki.key}",
+         f"--token-auth-file={tmp / 'tokens.csv'}",
+         "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+         f"--service-account-key-file={tmp / 'sa.pub'}",
+         f"--service-account-signing-key-file={tmp / 'sa.key'}",
+         "--service-cluster-ip-range=10.96.0.0/16", "--authorization-mode=RBAC",
+         "--endpoint-reconciler-type=none", f"--cert-dir={tmp / 'certs'}",
+         "--profiling=false", "--v=0"], stdout=log, stderr=log)
+    url = f"https://127.0.0.1:{port}"
+    try:
+        try:
+            _wait_ready(url, pki.ca, time.monotonic() + 180, [etcd, api])
+        except RuntimeError as exc:
+            log.flush()
+            pytest.fail(f"{exc}; log: {(tmp / 'log').read_text(errors='replace')[-3000:]}")
+        yield url, pki.ca
+    finally:
+        for p in (api, etcd):
+            p.terminate()
+        for p in (api, etcd):
+            try:
+                p.wait(30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait(30)
+        log.close()
+
+
+def _client(apiserver: tuple[str, Path], token: str, namespace: str = NS) -> Client:
+    url, ca = apiserver
+    return Client(Endpoint(server=url, namespace=namespace, source="test", ca_file=str(ca),
+                           token=token), timeout=30)
+
+
+NAMESPACES = Resource("", "v1", "namespaces", "Namespace")
+ROLES = Resource("rbac.authorization.k8s.io", "v1", "roles", "Role")
+BINDINGS = Resource("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding")
+SERVICE_ACCOUNTS = Resource("", "v1", "serviceaccounts", "ServiceAccount")
+
+
+@pytest.fixture(scope="module")
+def admin(apiserver: tuple[str, Path]) -> Client:
+    c = _client(apiserver, ADMIN_TOKEN)
+    with contextlib.suppress(AlreadyExists):
+        c.request("POST", Call("create", NAMESPACES, ""), "/api/v1/namespaces",
+                  {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+    return c
+
+
+@pytest.fixture(scope="module")
+def agent(apiserver: tuple[str, Path], admin: Client) -> Client:
+    return _client(apiserver, AGENT_TOKEN)
+
+
+def test_without_the_role_the_403_is_rbacs_own_named_in_one_line(agent: Client) -> None:
+    """RBAC's message is parsed as kube-apiserver writes it: the user is named."""
+    with pytest.raises(Forbidden) as info:
+        agent.create(CONFIGMAPS, new_object(JOB, "node", 0, data={"slot.json": "{}"}))
+    line = str(info.value)
+    assert f'create configmaps "mindie-4-rdzv-node-0" in namespace "{NS}" to {AGENT}' in line
+    assert 'verbs: ["create"]' in line and "\n" not in line
+    assert info.value.message.startswith(f'configmaps is forbidden: User "{AGENT}" cannot '
+                                         'create resource "configmaps"')
+
+
+@pytest.fixture(scope="module")
+def granted(admin: Client, agent: Client) -> Client:
+    """The agent's ServiceAccount, Role and RoleBinding as the design renders them, for a
+    job of 4 pods, applied by the admin."""
+    for obj, res in zip(rbac_objects(JOB.name, NS, 4),
+                        (SERVICE_ACCOUNTS, ROLES, BINDINGS)):
+        admin.request("POST", Call("create", res, NS), res.path(NS), obj)
+    deadline = time.monotonic() + 60
+    while True:  # RBAC's cache takes a moment to see the new binding
+        try:
+            agent.get(CONFIGMAPS, "mindie-4-rdzv-attempt")
+        except Forbidden:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+            continue
+        except KubeError:
+            pass
+        return agent
+
+
+def test_the_role_allows_the_jobs_own_names_and_nothing_else(granted: Client,
+                                                             admin: Client) -> None:
+    slot = granted.create(CONFIGMAPS, new_object(JOB, "node", 3, data={"slot.json": "{}"}))
+    assert ownership_problem(JOB, slot, "node") is None
+    slot["data"]["slot.json"] = '{"kind": "member"}'
+    granted.replace(CONFIGMAPS, slot)
+    other = JobIdentity(NS, "train-9", "7d3e1c55-8a9b-4f0e-b1c2-fedcba987654")
+    foreign = admin.create(CONFIGMAPS, new_object(other, "node", 0, data={"slot.json": "{}"}))
+    with pytest.raises(Forbidden) as info:  # another job's object: not in resourceNames
+        granted.get(CONFIGMAPS, foreign["metadata"]["name"])
+    assert 'get configmaps "train-9-rdzv-node-0"' in str(info.value)
+    with pytest.raises(Forbidden):
+        granted.replace(CONFIGMAPS, foreign)
+    with pytest.raises(Forbidden):  # beyond the job's node count
+        granted.get(CONFIGMAPS, "mindie-4-rdzv-node-4")
+    with pytest.raises(Forbidden, match=r'verbs: \["delete"\]'):
+        granted.delete(CONFIGMAPS, "mindie-4-rdzv-node-3")
+
+
+def test_the_two_409s_come_with_their_reasons(granted: Client) -> None:
+    first = granted.create(CONFIGMAPS, new_object(JOB, "progress", data={"progress.json": "1"}))
+    with pytest.raises(AlreadyExists) as exists:
+        granted.create(CONFIGMAPS, new_object(JOB, "progress", data={"progress.json": "2"}))
+    assert exists.value.reason == "AlreadyExists"
+    first["data"]["progress.json"] = "3"
+    granted.replace(CONFIGMAPS, first)
+    first["data"]["progress.json"] = "4"  # still the version read before the write above
+    with pytest.raises(Conflict) as conflict:
+        granted.replace(CONFIGMAPS, first)
+    assert conflict.value.reason == "Conflict"
+    assert "the object has been modified" in conflict.value.message
+
+
+def test_compare_and_set_loses_no_update_under_concurrent_writers(granted: Client,
+                                                                  apiserver: Any) -> None:
+    """Four writers, each adding its own keys by read-modify-compare-and-set: every key lands,
+    however the writes interleave in etcd."""
+    granted.create(CONFIGMAPS, new_object(JOB, "attempt", data={}))
+    writers, keys = 4, 10
+    conflicts = [0] * writers
+
+    def write(w: int) -> None:
+        c = _client(apiserver, AGENT_TOKEN)
+        for k in range(keys):
+            while True:
+                obj = c.get(CONFIGMAPS, "mindie-4-rdzv-attempt")
+                obj.setdefault("data", {})[f"w{w}-{k}"] = "x"
+                try:
+                    c.replace(CONFIGMAPS, obj)
+                    break
+                except Conflict:
+                    conflicts[w] += 1
+
+    threads = [threading.Thread(target=write, args=(w,)) for w in range(writers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(300)
+    data = granted.get(CONFIGMAPS, "mindie-4-rdzv-attempt")["data"]
+    assert sorted(data) == sorted(f"w{w}-{k}" for w in range(writers) for k in range(keys))
+
+
+def test_the_1_mib_limit_is_the_api_servers(admin: Client) -> None:
+    """Exactly 1 MiB of values is accepted, one byte more is refused with 422 — the limit
+    `kube_layout` builds to (validation.go:6663)."""
+    job = JobIdentity(NS, "limits", JOB.uid)
+    at = new_object(job, "table", 0, binary={"part": b"\x00" * CONFIGMAP_LIMIT})
+    admin.create(CONFIGMAPS, at)
+    over = new_object(job, "table", 1, data={"a": "x" * (CONFIGMAP_LIMIT // 2),
+                                            "b": "y" * (CONFIGMAP_LIMIT // 2)})
+    over["data"]["c"] = "z"
+    with pytest.raises(Invalid) as info:
+        admin.create(CONFIGMAPS, over)
+    assert "1048576" in str(info.value)
+
+
+def test_a_1024_by_16_table_round_trips_byte_for_byte(granted: Client) -> None:
+    text = render_rank_table(build_rank_table(servers(1024, 16, True), "1.2"))
+    sha, parts = split_table(text)
+    granted.create(CONFIGMAPS, table_part_object(JOB, 0, "att-1", sha, len(parts), parts[0]))
+    back = granted.get(CONFIGMAPS, "mindie-4-rdzv-table-0")
+    assert join_table([table_part(JOB, back, 0, "att-1", sha, len(parts))], sha) == text
+
+
+def test_a_mirror_follows_the_slots_by_label(granted: Client, admin: Client,
+                                             apiserver: Any) -> None:
+    """List then watch by label selector, as node 0 will: changes by others arrive, and a
+    watch that the server ends after its timeoutSeconds hands back a TICK."""
+    watcher = _client(apiserver, AGENT_TOKEN)
+    mirror = Mirror(watcher, CONFIGMAPS, label_selector=f"ascend-node.io/job-uid={JOB.uid},"
+                    "ascend-node.io/object=node", tick=2)
+    changes = mirror.changes()
+    assert next(changes) == Change("LISTED")
+    before = set(mirror.objects)
+    made = granted.create(CONFIGMAPS, new_object(JOB, "node", 1, data={"slot.json": "{}"}))
+    seen: list[Change] = []
+    deadline = time.monotonic() + 60
+    for change in changes:
+        seen.append(change)
+        if change == Change("ADDED", "mindie-4-rdzv-node-1") or time.monotonic() > deadline:
+            break
+    assert Change("ADDED", "mindie-4-rdzv-node-1") in seen
+    assert set(mirror.objects) == before | {"mindie-4-rdzv-node-1"}
+    made["data"]["slot.json"] = '{"v": 2}'
+    granted.replace(CONFIGMAPS, made)
+    kinds = []
+    for change in changes:
+        kinds.append(change)
+        if change.kind == "MODIFIED" or time.monotonic() > deadline:
+            break
+    assert mirror.objects["mindie-4-rdzv-node-1"]["data"] == {"slot.json": '{"v": 2}'}
+    tick_deadline = time.monotonic() + 30
+    for change in changes:  # nothing changes now: the 2 s watch ends, a TICK
+        if change == Change("TICK") or time.monotonic() > tick_deadline:
+            break
+    assert change == Change("TICK")
+    assert json.dumps(mirror.objects)  # plain JSON, as listed
