@@ -6,8 +6,9 @@ The binaries are the control-plane bed's (issue 37: `go build` from the module p
 ~/.cache/ascend-node-kube/<versions>/bin); without them these tests skip and say so. This file
 starts only etcd and kube-apiserver, with static bearer tokens (an admin, and a user named as a
 ServiceAccount is, whom the RBAC objects the agent's design renders then allow or deny); the
-bed's own fixture (Volcano's controllers, real ServiceAccount tokens in pods, ownerReferences
-collected with a vcjob) takes over when it is merged.
+garbage collector of kube-controller-manager runs for the ownerReference test, with Volcano
+v1.10.0's Job CRD from its Go module. The bed's own fixture (Volcano's controllers, real
+ServiceAccount tokens in pods) takes over when it is merged.
 """
 
 from __future__ import annotations
@@ -314,3 +315,100 @@ def test_a_mirror_follows_the_slots_by_label(granted: Client, admin: Client,
             break
     assert change == Change("TICK")
     assert json.dumps(mirror.objects)  # plain JSON, as listed
+
+
+CRDS = Resource("apiextensions.k8s.io", "v1", "customresourcedefinitions",
+                "CustomResourceDefinition")
+VCJOBS = Resource("batch.volcano.sh", "v1alpha1", "jobs", "Job")
+VOLCANO_CRD = Path("/root/go/pkg/mod/volcano.sh/volcano@v1.10.0/config/crd/volcano/bases/"
+                   "batch.volcano.sh_jobs.yaml")
+
+
+@pytest.fixture(scope="module")
+def garbage_collector(apiserver: tuple[str, Path], admin: Client,
+                      tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """kube-controller-manager running only its garbage collector, and Volcano v1.10.0's
+    Job CRD from its Go module, so that a ConfigMap can be owned by a real vcjob object."""
+    yaml = pytest.importorskip("yaml")
+    bin_dir = _binaries()
+    assert bin_dir is not None
+    if not (bin_dir / "kube-controller-manager").exists() or not VOLCANO_CRD.exists():
+        pytest.skip("no kube-controller-manager in the bed's cache, or no Volcano v1.10.0 "
+                    "module in the Go module cache")
+    url, ca = apiserver
+    tmp = tmp_path_factory.mktemp("kcm")
+    kubeconfig = tmp / "kubeconfig.json"
+    kubeconfig.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "admin",
+        "clusters": [{"name": "bed", "cluster": {"server": url,
+                                                 "certificate-authority": str(ca)}}],
+        "users": [{"name": "admin", "user": {"token": ADMIN_TOKEN}}],
+        "contexts": [{"name": "admin", "context": {"cluster": "bed", "user": "admin"}}]}))
+    crd = yaml.safe_load(VOLCANO_CRD.read_text())
+    with contextlib.suppress(AlreadyExists):
+        admin.request("POST", Call("create", CRDS, ""),
+                      "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)
+    log = open(tmp / "log", "wb")  # noqa: SIM115 - closed below
+    kcm = subprocess.Popen(
+        [str(bin_dir / "kube-controller-manager"), f"--kubeconfig={kubeconfig}",
+         f"--authentication-kubeconfig={kubeconfig}", f"--authorization-kubeconfig={kubeconfig}",
+         "--bind-address=127.0.0.1", "--secure-port=0", "--leader-elect=false",
+         "--controllers=garbagecollector", "--use-service-account-credentials=false",
+         "--v=0"], stdout=log, stderr=log)
+    try:
+        yield
+    finally:
+        kcm.terminate()
+        try:
+            kcm.wait(30)
+        except subprocess.TimeoutExpired:
+            kcm.kill()
+            kcm.wait(30)
+        log.close()
+
+
+def _vcjob(admin: Client, name: str) -> dict[str, Any]:
+    body = {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",
+            "metadata": {"name": name, "namespace": NS},
+            "spec": {"minAvailable": 1, "schedulerName": "volcano", "tasks": [
+                {"name": "t", "replicas": 1, "template": {"spec": {
+                    "containers": [{"name": "c", "image": "busybox"}]}}}]}}
+    deadline = time.monotonic() + 60
+    while True:  # the CRD is served a moment after it is created
+        try:
+            return admin.create(VCJOBS, body)
+        except KubeError as exc:
+            if exc.code != 404 or time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+
+
+def _gone(admin: Client, name: str, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            admin.get(CONFIGMAPS, name)
+        except KubeError as exc:
+            if exc.code == 404:
+                return True
+            raise
+        time.sleep(0.5)
+    return False
+
+
+def test_the_objects_go_with_their_vcjob_and_a_wrong_uid_goes_at_once(
+        admin: Client, garbage_collector: None) -> None:
+    """Owned by the vcjob (ownerReference without controller or blockOwnerDeletion): the
+    garbage collector removes the object when the job is deleted; an object whose owner uid
+    is not the job's is an orphan and removed without the job being deleted — a wrong
+    identity fails loudly."""
+    job = _vcjob(admin, "gc-job")
+    uid = job["metadata"]["uid"]
+    ours = JobIdentity(NS, "gc-job", uid)
+    wrong = JobIdentity(NS, "gc-job", "00000000-0000-4000-8000-000000000000")
+    admin.create(CONFIGMAPS, new_object(ours, "attempt", data={"attempt.json": "{}"}))
+    admin.create(CONFIGMAPS, new_object(wrong, "progress", data={"progress.json": "{}"}))
+    assert _gone(admin, "gc-job-rdzv-progress", 120), "an orphan owner uid was not collected"
+    assert not _gone(admin, "gc-job-rdzv-attempt", 3), "collected while its vcjob lives"
+    admin.delete(VCJOBS, "gc-job")
+    assert _gone(admin, "gc-job-rdzv-attempt", 120), "not collected with its vcjob"
