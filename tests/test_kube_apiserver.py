@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import shutil
+import signal
 import subprocess
 import threading
 import time
@@ -53,6 +55,7 @@ NS = "team-a"
 AGENT = f"system:serviceaccount:{NS}:mindie-4-ascend-node"
 JOB = JobIdentity(NS, "mindie-4", "0f9c3f2e-1b2a-4c3d-9e8f-0123456789ab")
 ADMIN_TOKEN, AGENT_TOKEN = "admin-token-38", "agent-token-38"
+RUNNING: dict[str, subprocess.Popen[bytes]] = {}  # the module's kube-apiserver, by name
 
 
 def _binaries() -> Optional[Path]:
@@ -127,8 +130,13 @@ def apiserver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, P
         except RuntimeError as exc:
             log.flush()
             pytest.fail(f"{exc}; log: {(tmp / 'log').read_text(errors='replace')[-3000:]}")
+        RUNNING["kube-apiserver"] = api
         yield url, pki.ca
     finally:
+        RUNNING.clear()
+        for p in (api, etcd):
+            if p.poll() is None:
+                os.kill(p.pid, signal.SIGCONT)
         for p in (api, etcd):
             p.terminate()
         for p in (api, etcd):
@@ -412,3 +420,30 @@ def test_the_objects_go_with_their_vcjob_and_a_wrong_uid_goes_at_once(
     assert not _gone(admin, "gc-job-rdzv-attempt", 3), "collected while its vcjob lives"
     admin.delete(VCJOBS, "gc-job")
     assert _gone(admin, "gc-job-rdzv-attempt", 120), "not collected with its vcjob"
+
+
+def test_a_frozen_api_server_is_unanswered_and_its_return_answers(
+        apiserver: tuple[str, Path], granted: Client) -> None:
+    """kube-apiserver stopped (SIGSTOP: it accepts nothing more, answers nothing) ends a call
+    at the client's time-out with `ApiUnanswered` (exit 4, retryable) naming the server — as a
+    stuck volume is named; once it runs again, the same client answers."""
+    from ascend_node.kube.errors import ApiUnanswered
+    url, _ = apiserver
+    quick = _client(apiserver, AGENT_TOKEN)
+    quick.timeout = 1.0
+    quick.get(CONFIGMAPS, "mindie-4-rdzv-node-3")  # a kept-alive connection, then the freeze
+    api = RUNNING["kube-apiserver"]
+    os.kill(api.pid, signal.SIGSTOP)
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(ApiUnanswered) as info:
+            quick.get(CONFIGMAPS, "mindie-4-rdzv-node-3")
+        assert time.monotonic() - t0 < 30
+    finally:
+        os.kill(api.pid, signal.SIGCONT)
+    assert info.value.exit_code == 4
+    assert "the API server does not answer: get configmaps \"mindie-4-rdzv-node-3\"" in str(
+        info.value) and url in str(info.value) and "no answer within 1 s" in str(info.value)
+    quick.timeout = 30.0
+    assert quick.get(CONFIGMAPS, "mindie-4-rdzv-node-3")["metadata"]["name"] == \
+        "mindie-4-rdzv-node-3"
