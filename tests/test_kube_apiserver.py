@@ -19,6 +19,7 @@ import os
 import shutil
 import signal
 import subprocess
+import tempfile
 import threading
 import time
 import urllib.request
@@ -56,6 +57,7 @@ AGENT = f"system:serviceaccount:{NS}:mindie-4-ascend-node"
 JOB = JobIdentity(NS, "mindie-4", "0f9c3f2e-1b2a-4c3d-9e8f-0123456789ab")
 ADMIN_TOKEN, AGENT_TOKEN = "admin-token-38", "agent-token-38"
 RUNNING: dict[str, subprocess.Popen[bytes]] = {}  # the module's kube-apiserver, by name
+PKI: dict[str, Path] = {}  # where its CA (ca.crt, ca.key) is
 
 
 def _binaries() -> Optional[Path]:
@@ -116,7 +118,7 @@ def apiserver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, P
         [str(bin_dir / "kube-apiserver"), f"--etcd-servers={etcd_url}",
          "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", f"--secure-port={port}",
          f"--tls-cert-file={pki.cert}", f"--tls-private-key-file={pki.key}",
-         f"--token-auth-file={tmp / 'tokens.csv'}",
+         f"--token-auth-file={tmp / 'tokens.csv'}", f"--client-ca-file={pki.ca}",
          "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
          f"--service-account-key-file={tmp / 'sa.pub'}",
          f"--service-account-signing-key-file={tmp / 'sa.key'}",
@@ -131,6 +133,7 @@ def apiserver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, P
             log.flush()
             pytest.fail(f"{exc}; log: {(tmp / 'log').read_text(errors='replace')[-3000:]}")
         RUNNING["kube-apiserver"] = api
+        PKI["dir"] = tmp / "pki"
         yield url, pki.ca
     finally:
         RUNNING.clear()
@@ -447,3 +450,47 @@ def test_a_frozen_api_server_is_unanswered_and_its_return_answers(
     quick.timeout = 30.0
     assert quick.get(CONFIGMAPS, "mindie-4-rdzv-node-3")["metadata"]["name"] == \
         "mindie-4-rdzv-node-3"
+
+
+def test_a_yaml_kubeconfig_with_an_inline_client_certificate(apiserver: tuple[str, Path],
+                                                             admin: Client, tmp_path: Path
+                                                             ) -> None:
+    """Outside the cluster, as kind and k3s write kubeconfigs: YAML, the CA and a client
+    certificate inline (base64 of PEM). The certificate's O=system:masters makes it an
+    admin for kube-apiserver's x509 authenticator."""
+    pytest.importorskip("yaml")
+    import base64
+
+    from ascend_node.kube.config import from_kubeconfig
+    url, ca = apiserver
+    ca_dir = PKI["dir"]
+    key, csr, crt = tmp_path / "u.key", tmp_path / "u.csr", tmp_path / "u.crt"
+    run = lambda *a: subprocess.run(["openssl", *a], check=True, capture_output=True)  # noqa: E731
+    run("req", "-newkey", "rsa:2048", "-nodes", "-subj", "/O=system:masters/CN=operator",
+        "-keyout", str(key), "-out", str(csr))
+    run("x509", "-req", "-in", str(csr), "-CA", str(ca_dir / "ca.crt"), "-CAkey",
+        str(ca_dir / "ca.key"), "-CAcreateserial", "-days", "1", "-out", str(crt))
+    b64 = lambda p: base64.b64encode(p.read_bytes()).decode()  # noqa: E731
+    (tmp_path / "config").write_text(f"""apiVersion: v1
+kind: Config
+current-context: operator@bed
+clusters:
+- name: bed
+  cluster:
+    server: {url}
+    certificate-authority-data: {b64(ca)}
+users:
+- name: operator
+  user:
+    client-certificate-data: {b64(crt)}
+    client-key-data: {b64(key)}
+contexts:
+- name: operator@bed
+  context: {{cluster: bed, user: operator, namespace: {NS}}}
+""")
+    ep = from_kubeconfig(None, {"KUBECONFIG": str(tmp_path / "config")})
+    before = set(Path(tempfile.gettempdir()).glob("ascend-node-kube-*"))
+    client = Client(ep, timeout=30)
+    assert set(Path(tempfile.gettempdir()).glob("ascend-node-kube-*")) == before  # key: gone
+    names = {o["metadata"]["name"] for o in client.list(CONFIGMAPS)["items"]}
+    assert "mindie-4-rdzv-node-3" in names
