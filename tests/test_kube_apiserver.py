@@ -157,6 +157,12 @@ def _client(apiserver: tuple[str, Path], token: str, namespace: str = NS) -> Cli
                            token=token), timeout=30)
 
 
+def plain(name: str) -> dict[str, Any]:
+    """A ConfigMap owned by nobody: the garbage collector (running for the ownerReference
+    test) removes every object of the fake job `JOB`, whose vcjob does not exist."""
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": {}}
+
+
 NAMESPACES = Resource("", "v1", "namespaces", "Namespace")
 ROLES = Resource("rbac.authorization.k8s.io", "v1", "roles", "Role")
 BINDINGS = Resource("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding")
@@ -426,30 +432,33 @@ def test_the_objects_go_with_their_vcjob_and_a_wrong_uid_goes_at_once(
 
 
 def test_a_frozen_api_server_is_unanswered_and_its_return_answers(
-        apiserver: tuple[str, Path], granted: Client) -> None:
+        apiserver: tuple[str, Path], granted: Client, admin: Client) -> None:
     """kube-apiserver stopped (SIGSTOP: it accepts nothing more, answers nothing) ends a call
     at the client's time-out with `ApiUnanswered` (exit 4, retryable) naming the server — as a
     stuck volume is named; once it runs again, the same client answers."""
     from ascend_node.kube.errors import ApiUnanswered
     url, _ = apiserver
+    granted_name = "mindie-4-rdzv-node-2"  # a name the agent's Role allows
+    with contextlib.suppress(AlreadyExists):
+        admin.create(CONFIGMAPS, plain(granted_name))
     quick = _client(apiserver, AGENT_TOKEN)
     quick.timeout = 1.0
-    quick.get(CONFIGMAPS, "mindie-4-rdzv-node-3")  # a kept-alive connection, then the freeze
+    quick.get(CONFIGMAPS, granted_name)  # a kept-alive connection, then the freeze
     api = RUNNING["kube-apiserver"]
     os.kill(api.pid, signal.SIGSTOP)
     try:
         t0 = time.monotonic()
         with pytest.raises(ApiUnanswered) as info:
-            quick.get(CONFIGMAPS, "mindie-4-rdzv-node-3")
+            quick.get(CONFIGMAPS, granted_name)
         assert time.monotonic() - t0 < 30
     finally:
         os.kill(api.pid, signal.SIGCONT)
     assert info.value.exit_code == 4
-    assert "the API server does not answer: get configmaps \"mindie-4-rdzv-node-3\"" in str(
-        info.value) and url in str(info.value) and "no answer within 1 s" in str(info.value)
+    text = str(info.value)
+    assert f'the API server does not answer: get configmaps "{granted_name}"' in text
+    assert url in text and "no answer within 1 s" in text
     quick.timeout = 30.0
-    assert quick.get(CONFIGMAPS, "mindie-4-rdzv-node-3")["metadata"]["name"] == \
-        "mindie-4-rdzv-node-3"
+    assert quick.get(CONFIGMAPS, granted_name)["metadata"]["name"] == granted_name
 
 
 def test_a_yaml_kubeconfig_with_an_inline_client_certificate(apiserver: tuple[str, Path],
@@ -492,5 +501,6 @@ contexts:
     before = set(Path(tempfile.gettempdir()).glob("ascend-node-kube-*"))
     client = Client(ep, timeout=30)
     assert set(Path(tempfile.gettempdir()).glob("ascend-node-kube-*")) == before  # key: gone
+    admin.create(CONFIGMAPS, plain("kubeconfig-check"))
     names = {o["metadata"]["name"] for o in client.list(CONFIGMAPS)["items"]}
-    assert "mindie-4-rdzv-node-3" in names
+    assert "kubeconfig-check" in names
