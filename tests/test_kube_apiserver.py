@@ -22,10 +22,9 @@ import subprocess
 import tempfile
 import threading
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import pytest
 
@@ -47,7 +46,7 @@ from ascend_node.rendezvous.kube_layout import (
     table_part,
     table_part_object,
 )
-from tests.kube_tls import free_port, make_pki
+from tests.kube_apiserver import Plane, binaries, control_plane
 from tests.test_kube_layout import servers
 
 pytestmark = pytest.mark.kube
@@ -56,99 +55,28 @@ NS = "team-a"
 AGENT = f"system:serviceaccount:{NS}:mindie-4-ascend-node"
 JOB = JobIdentity(NS, "mindie-4", "0f9c3f2e-1b2a-4c3d-9e8f-0123456789ab")
 ADMIN_TOKEN, AGENT_TOKEN = "admin-token-38", "agent-token-38"
-RUNNING: dict[str, subprocess.Popen[bytes]] = {}  # the module's kube-apiserver, by name
-PKI: dict[str, Path] = {}  # where its CA (ca.crt, ca.key) is
-
-
-def _binaries() -> Optional[Path]:
-    for bin_dir in sorted((Path.home() / ".cache" / "ascend-node-kube").glob("k8s-v1.30.*/bin")):
-        if (bin_dir / "kube-apiserver").exists() and (bin_dir / "etcd").exists():
-            return bin_dir
-    return None
-
-
-def _wait_ready(url: str, ca: Path, deadline: float, procs: list[subprocess.Popen[bytes]]
-                ) -> None:
-    import ssl
-    ctx = ssl.create_default_context(cafile=str(ca))
-    while time.monotonic() < deadline:
-        for p in procs:
-            if p.poll() is not None:
-                raise RuntimeError(f"{p.args[0]} exited with {p.returncode}")
-        try:
-            req = urllib.request.Request(url + "/readyz",
-                                         headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
-            with urllib.request.urlopen(req, context=ctx, timeout=5) as answer:
-                if answer.status == 200:
-                    return
-        except OSError:
-            pass
-        time.sleep(0.5)
-    raise RuntimeError("kube-apiserver did not become ready")
 
 
 @pytest.fixture(scope="module")
-def apiserver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
-    bin_dir = _binaries()
+def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Plane]:
+    bin_dir = binaries()
     if bin_dir is None:
         pytest.skip("no kube-apiserver/etcd v1.30 in ~/.cache/ascend-node-kube (built by the "
                     "control-plane bed, issue 37: scripts/kube-bed)")
     if shutil.which("openssl") is None:
         pytest.skip("openssl is not installed")
-    tmp = tmp_path_factory.mktemp("apiserver")
-    pki = make_pki(tmp / "pki")
-    subprocess.run(["openssl", "genrsa", "-out", str(tmp / "sa.key"), "2048"], check=True,
-                   capture_output=True)
-    subprocess.run(["openssl", "rsa", "-in", str(tmp / "sa.key"), "-pubout", "-out",
-                    str(tmp / "sa.pub")], check=True, capture_output=True)
-    (tmp / "tokens.csv").write_text(
-        f'{ADMIN_TOKEN},admin,admin-uid,"system:masters"\n'
-        f'{AGENT_TOKEN},{AGENT},agent-uid,"system:serviceaccounts,system:serviceaccounts:{NS}"\n')
-    client_port, peer_port, port = free_port(), free_port(), free_port()
-    etcd_url = f"http://127.0.0.1:{client_port}"
-    log = open(tmp / "log", "wb")  # noqa: SIM115 - closed below
-    etcd = subprocess.Popen(
-        [str(bin_dir / "etcd"), "--name", "kc", "--data-dir", str(tmp / "etcd"),
-         "--listen-client-urls", etcd_url, "--advertise-client-urls", etcd_url,
-         "--listen-peer-urls", f"http://127.0.0.1:{peer_port}",
-         "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer_port}",
-         "--initial-cluster", f"kc=http://127.0.0.1:{peer_port}", "--unsafe-no-fsync",
-         "--log-level", "warn"], stdout=log, stderr=log)
-    api = subprocess.Popen(
-        [str(bin_dir / "kube-apiserver"), f"--etcd-servers={etcd_url}",
-         "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", f"--secure-port={port}",
-         f"--tls-cert-file={pki.cert}", f"--tls-private-key-file={pki.key}",
-         f"--token-auth-file={tmp / 'tokens.csv'}", f"--client-ca-file={pki.ca}",
-         "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-         f"--service-account-key-file={tmp / 'sa.pub'}",
-         f"--service-account-signing-key-file={tmp / 'sa.key'}",
-         "--service-cluster-ip-range=10.96.0.0/16", "--authorization-mode=RBAC",
-         "--endpoint-reconciler-type=none", f"--cert-dir={tmp / 'certs'}",
-         "--profiling=false", "--v=0"], stdout=log, stderr=log)
-    url = f"https://127.0.0.1:{port}"
+    users = {ADMIN_TOKEN: ("admin", "system:masters"),
+             AGENT_TOKEN: (AGENT, f"system:serviceaccounts,system:serviceaccounts:{NS}")}
     try:
-        try:
-            _wait_ready(url, pki.ca, time.monotonic() + 180, [etcd, api])
-        except RuntimeError as exc:
-            log.flush()
-            pytest.fail(f"{exc}; log: {(tmp / 'log').read_text(errors='replace')[-3000:]}")
-        RUNNING["kube-apiserver"] = api
-        PKI["dir"] = tmp / "pki"
-        yield url, pki.ca
-    finally:
-        RUNNING.clear()
-        for p in (api, etcd):
-            if p.poll() is None:
-                os.kill(p.pid, signal.SIGCONT)
-        for p in (api, etcd):
-            p.terminate()
-        for p in (api, etcd):
-            try:
-                p.wait(30)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait(30)
-        log.close()
+        with control_plane(tmp_path_factory.mktemp("apiserver"), users, bin_dir) as p:
+            yield p
+    except RuntimeError as exc:
+        pytest.fail(str(exc))
+
+
+@pytest.fixture(scope="module")
+def apiserver(plane: Plane) -> tuple[str, Path]:
+    return plane.url, plane.ca
 
 
 def _client(apiserver: tuple[str, Path], token: str, namespace: str = NS) -> Client:
@@ -342,13 +270,12 @@ VOLCANO_CRD = Path("/root/go/pkg/mod/volcano.sh/volcano@v1.10.0/config/crd/volca
 
 
 @pytest.fixture(scope="module")
-def garbage_collector(apiserver: tuple[str, Path], admin: Client,
+def garbage_collector(apiserver: tuple[str, Path], admin: Client, plane: Plane,
                       tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """kube-controller-manager running only its garbage collector, and Volcano v1.10.0's
     Job CRD from its Go module, so that a ConfigMap can be owned by a real vcjob object."""
     yaml = pytest.importorskip("yaml")
-    bin_dir = _binaries()
-    assert bin_dir is not None
+    bin_dir = plane.bin_dir
     if not (bin_dir / "kube-controller-manager").exists() or not VOLCANO_CRD.exists():
         pytest.skip("no kube-controller-manager in the bed's cache, or no Volcano v1.10.0 "
                     "module in the Go module cache")
@@ -432,7 +359,7 @@ def test_the_objects_go_with_their_vcjob_and_a_wrong_uid_goes_at_once(
 
 
 def test_a_frozen_api_server_is_unanswered_and_its_return_answers(
-        apiserver: tuple[str, Path], granted: Client, admin: Client) -> None:
+        apiserver: tuple[str, Path], granted: Client, admin: Client, plane: Plane) -> None:
     """kube-apiserver stopped (SIGSTOP: it accepts nothing more, answers nothing) ends a call
     at the client's time-out with `ApiUnanswered` (exit 4, retryable) naming the server — as a
     stuck volume is named; once it runs again, the same client answers."""
@@ -444,7 +371,7 @@ def test_a_frozen_api_server_is_unanswered_and_its_return_answers(
     quick = _client(apiserver, AGENT_TOKEN)
     quick.timeout = 1.0
     quick.get(CONFIGMAPS, granted_name)  # a kept-alive connection, then the freeze
-    api = RUNNING["kube-apiserver"]
+    api = plane.api
     os.kill(api.pid, signal.SIGSTOP)
     try:
         t0 = time.monotonic()
@@ -461,9 +388,8 @@ def test_a_frozen_api_server_is_unanswered_and_its_return_answers(
     assert quick.get(CONFIGMAPS, granted_name)["metadata"]["name"] == granted_name
 
 
-def test_a_yaml_kubeconfig_with_an_inline_client_certificate(apiserver: tuple[str, Path],
-                                                             admin: Client, tmp_path: Path
-                                                             ) -> None:
+def test_a_yaml_kubeconfig_with_an_inline_client_certificate(
+        apiserver: tuple[str, Path], admin: Client, plane: Plane, tmp_path: Path) -> None:
     """Outside the cluster, as kind and k3s write kubeconfigs: YAML, the CA and a client
     certificate inline (base64 of PEM). The certificate's O=system:masters makes it an
     admin for kube-apiserver's x509 authenticator."""
@@ -472,7 +398,7 @@ def test_a_yaml_kubeconfig_with_an_inline_client_certificate(apiserver: tuple[st
 
     from ascend_node.kube.config import from_kubeconfig
     url, ca = apiserver
-    ca_dir = PKI["dir"]
+    ca_dir = plane.pki_dir
     key, csr, crt = tmp_path / "u.key", tmp_path / "u.csr", tmp_path / "u.crt"
     run = lambda *a: subprocess.run(["openssl", *a], check=True, capture_output=True)  # noqa: E731
     run("req", "-newkey", "rsa:2048", "-nodes", "-subj", "/O=system:masters/CN=operator",
