@@ -54,7 +54,7 @@ pytestmark = pytest.mark.kube
 NS = "team-a"
 AGENT = f"system:serviceaccount:{NS}:mindie-4-ascend-node"
 JOB = JobIdentity(NS, "mindie-4", "0f9c3f2e-1b2a-4c3d-9e8f-0123456789ab")
-ADMIN_TOKEN, AGENT_TOKEN = "admin-token-38", "agent-token-38"
+ADMIN_TOKEN, AGENT_TOKEN, WATCHER_TOKEN = "admin-token-38", "agent-token-38", "watcher-38"
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +66,8 @@ def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Plane]:
     if shutil.which("openssl") is None:
         pytest.skip("openssl is not installed")
     users = {ADMIN_TOKEN: ("admin", "system:masters"),
-             AGENT_TOKEN: (AGENT, f"system:serviceaccounts,system:serviceaccounts:{NS}")}
+             AGENT_TOKEN: (AGENT, f"system:serviceaccounts,system:serviceaccounts:{NS}"),
+             WATCHER_TOKEN: ("watcher", "watchers")}
     try:
         with control_plane(tmp_path_factory.mktemp("apiserver"), users, bin_dir) as p:
             yield p
@@ -430,3 +431,41 @@ contexts:
     admin.create(CONFIGMAPS, plain("kubeconfig-check"))
     names = {o["metadata"]["name"] for o in client.list(CONFIGMAPS)["items"]}
     assert "kubeconfig-check" in names
+
+
+def test_a_watch_narrowed_to_one_name_is_authorized_by_that_name(
+        apiserver: tuple[str, Path], admin: Client) -> None:
+    """`fieldSelector=metadata.name=<name>` makes a list or watch a request for that name
+    (k8s.io/apiserver v0.30.2 requestinfo.go:233), so a Role's `resourceNames` can allow it:
+    what a follower-only ServiceAccount would need to wait on the attempt object alone."""
+    admin.create(CONFIGMAPS, plain("narrow-attempt"))
+    admin.create(CONFIGMAPS, plain("narrow-other"))
+    rule = {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "watch"],
+            "resourceNames": ["narrow-attempt"]}
+    admin.request("POST", Call("create", ROLES, NS), ROLES.path(NS), {
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+        "metadata": {"name": "narrow"}, "rules": [rule]})
+    admin.request("POST", Call("create", BINDINGS, NS), BINDINGS.path(NS), {
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": {"name": "narrow"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "narrow"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
+                      "name": "watcher"}]})
+    watcher = _client(apiserver, WATCHER_TOKEN)
+    deadline = time.monotonic() + 60
+    while True:  # RBAC's cache sees the binding a moment later
+        try:
+            events = list(watcher.watch(CONFIGMAPS, timeout_seconds=1,
+                                        field_selector="metadata.name=narrow-attempt"))
+            break
+        except Forbidden:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+    assert [(e["type"], e["object"]["metadata"]["name"]) for e in events] == [
+        ("ADDED", "narrow-attempt")]
+    with pytest.raises(Forbidden, match=r'watch configmaps in namespace "team-a"'):
+        list(watcher.watch(CONFIGMAPS, timeout_seconds=1))
+    with pytest.raises(Forbidden, match='watch configmaps "narrow-other"'):
+        list(watcher.watch(CONFIGMAPS, timeout_seconds=1,
+                           field_selector="metadata.name=narrow-other"))
