@@ -96,7 +96,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("rendezvous",),                                     # step 3 on the shared volume
     ("discover", "ranktable"),                           # steps 1-2 and 4, pure at heart
     ("errors", "atomic", "tools", "logs", "events", "statedir", "quantities",
-     "pydantic_plugins"),  # the ground
+     "pydantic_plugins", "kube"),  # the ground (kube: the door to the Kubernetes API)
 )
 GROUND = FLOORS[-1]
 STEPS = ("discover", "rendezvous", "preflight", "sources", "handoff", "chain")
