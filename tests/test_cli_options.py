@@ -7,6 +7,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -110,3 +111,72 @@ def test_help_stays_as_fast_as_before_no_rich() -> None:
     assert done.returncode == 0
     assert "rich" not in {ln.rsplit("|", 1)[1].strip().split(".")[0]
                           for ln in done.stderr.splitlines() if ln.startswith("import time:")}
+
+
+# Issue 36, item 2: a command that takes another program's command after `--` (`boot`,
+# `pd-boot`, `manifest`) parses every word before `--` as its own. A typo was the server's
+# command: `manifest --pcv model-pvc` rendered `args: ["--pcv", "model-pvc"]` (every pod
+# then exits 127 after the rendezvous); `boot --launcer msrun` ran the whole rendezvous.
+@pytest.mark.parametrize(("args", "typed", "nearest"), [
+    (["manifest", "--pcv", "model-pvc"], "--pcv", "--pvc"),
+    (["boot", "--launcer", "msrun"], "--launcer", "--launcher"),
+    (["boot", "--shared-dir", "/tmp", "--run-idd", "r1", "--", "python", "x.py"],
+     "--run-idd", "--run-id"),
+    (["pd-boot", "--motor-confg", "m.json", "--", "mindie_motor_controller"],
+     "--motor-confg", "--motor-config"),
+])
+def test_an_unknown_option_before_the_double_dash_is_2_naming_the_nearest(
+        args: list[str], typed: str, nearest: str) -> None:
+    done = runner.invoke(app, args, env={"ASCEND_NODE_DEBUG": ""})
+    assert done.exit_code == 2, (done.stdout, done.stderr)
+    assert done.stdout == ""
+    error = [ln for ln in done.stderr.splitlines() if ln.startswith("Error: ")]
+    # click's own words, as for `ranktable --bogus`: the option typed, then the nearest
+    assert len(error) == 1 and error[0].startswith(f"Error: No such option: {typed} "), error
+    assert nearest in error[0].split(typed, 1)[1], error
+    assert "rank table source" not in done.stderr  # refused before any rendezvous
+
+
+@pytest.mark.parametrize(("args", "word"), [
+    (["boot", "msrun", "--", "train.py"], "'msrun'"),
+    (["manifest", "--kind", "training", "python", "train.py"], "'python train.py'"),
+    (["pd-boot", "mindie_motor_coordinator"], "'mindie_motor_coordinator'"),
+])
+def test_a_stray_word_before_the_double_dash_is_2_with_the_hint_to_move_it(
+        args: list[str], word: str) -> None:
+    done = runner.invoke(app, args, env={"ASCEND_NODE_DEBUG": ""})
+    assert done.exit_code == 2, (done.stdout, done.stderr)
+    assert done.stdout == ""
+    (error,) = [ln for ln in done.stderr.splitlines() if ln.startswith("Error: ")]
+    assert f"Unexpected word{'s' if ' ' in word else ''} {word} before '--'" in error, error
+    assert f"-- {word[1:-1]}" in error  # where it belongs
+
+
+def test_every_word_after_the_double_dash_is_the_servers_untouched() -> None:
+    import json
+
+    done = runner.invoke(app, ["manifest", "--kind", "training", "--json", "--", "python",
+                               "--pcv", "x", "--help", "--", "-v"])
+    assert done.exit_code == 0, done.stderr
+    (container,) = json.loads(done.stdout)["spec"]["tasks"][0]["template"]["spec"][
+        "containers"]
+    assert container["args"] == ["python", "--pcv", "x", "--help", "--", "-v"]
+
+
+def test_every_command_taking_a_command_after_the_double_dash_follows_one_rule() -> None:
+    """Found by their usage line (`-- CMD`), not by a list kept by hand: each is a
+    `ServerCommand`, and no command passes an unknown option on (ignore_unknown_options)."""
+    import typer.main
+
+    from ascend_node.cli.app import ServerCommand
+
+    group: Any = typer.main.get_command(app)
+    takers = set()
+    for name, command in group.commands.items():
+        assert not command.context_settings.get("ignore_unknown_options"), name
+        if "-- CMD" in (command.options_metavar or ""):
+            takers.add(name)
+            assert isinstance(command, ServerCommand), name
+        else:
+            assert not isinstance(command, ServerCommand), name
+    assert takers == {"boot", "pd-boot", "manifest"}

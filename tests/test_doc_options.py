@@ -38,7 +38,8 @@ FOREIGN: dict[str, frozenset[str]] = {
     "pip wheel (images/README.md)": frozenset({"--no-deps"}),
     "Volcano's svc plugin": frozenset({"--disable-network-policy"}),
     "a training script's own argument (docs/launchers.md)": frozenset({"--config"}),
-    "the docs' example of an unknown option": frozenset({"--bogus"}),
+    "the docs' examples of unknown options and typos": frozenset({
+        "--bogus", "--pcv", "--launcer", "--motor-confg"}),
 }
 """Flags the documents quote for other programs. The benchmark and CI scripts' own options
 (`bench/*.py`, `scripts/*`) are read from their sources below."""

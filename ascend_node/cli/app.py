@@ -152,6 +152,43 @@ class Commands(typer.core.TyperGroup):
             raise typer.Exit(report_error(exc, debug_on(False))) from None
 
 
+class ServerCommand(typer.core.TyperCommand):
+    """A command that takes another program's command line after `--` (`boot`,
+    `pd-boot`, `manifest`): every word before the first `--` is this command's, parsed as
+    any command parses its own (an unknown option is click's usage error, exit 2, naming
+    the nearest known options as `ranktable` does: `No such option: --launcer Did you
+    mean --launcher?`); every word after it is the server's, untouched. A stray word
+    before `--` (`boot msrun`) is a usage error too, naming it: a typo must never become
+    the command a pod execs (127 after the whole rendezvous) or a rendered Job's `args`.
+
+    Register with `@app.command(cls=ServerCommand)`; `ctx.args` is then exactly what
+    followed `--` (tests/test_cli_options.py holds every such command to this class)."""
+
+    SEPARATOR = "--"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # Stray words are collected, then refused here with a hint; unknown options are
+        # never carried into the server's command.
+        self.context_settings = {**self.context_settings, "allow_extra_args": True,
+                                 "ignore_unknown_options": False}
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        words = list(args)
+        cut = words.index(self.SEPARATOR) if self.SEPARATOR in words else len(words)
+        own, server = words[:cut], words[cut + 1:]
+        super().parse_args(ctx, own)
+        stray = list(ctx.args)
+        if stray and not ctx.resilient_parsing:
+            noun = "word" if len(stray) == 1 else "words"
+            shown = " ".join(stray)
+            ctx.fail(f"Unexpected {noun} {shown!r} before '--': the command to run and "
+                     f"its arguments go after '--' (ascend-node {ctx.info_name} [OPTIONS] "
+                     f"-- {' '.join([*stray, *server])})")
+        ctx.args = server
+        return server
+
+
 def _listing_order(info: Any) -> int:
     """A registration's place in `--help`: by its module's place in `COMMAND_MODULES`
     (whichever was imported first), then by its place in the module (sorting is stable)."""

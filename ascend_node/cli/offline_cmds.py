@@ -12,7 +12,16 @@ from typing import Annotated, Any, Optional
 import typer
 
 from ascend_node import __version__, logs
-from ascend_node.cli.app import OFFLINE, app, debug_on, emit, exit_codes, on_sigterm, out
+from ascend_node.cli.app import (
+    OFFLINE,
+    ServerCommand,
+    app,
+    debug_on,
+    emit,
+    exit_codes,
+    on_sigterm,
+    out,
+)
 from ascend_node.cli.options import (
     Debug,
     Json,
@@ -151,8 +160,8 @@ def _simulate_pd(spec: Any, shared_dir: Optional[Path], keep: Optional[bool],
         raise typer.Exit(report.worst_exit)
 
 
-@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
-             rich_help_panel=OFFLINE, options_metavar="[OPTIONS] [-- CMD [ARGS]...]")
+@app.command(cls=ServerCommand, rich_help_panel=OFFLINE,
+             options_metavar="[OPTIONS] [-- CMD [ARGS]...]")
 def manifest(
     ctx: typer.Context,
     kind: Annotated[str, typer.Option("--kind", metavar="mindie|mindie-pd|training",

@@ -14,6 +14,7 @@ from ascend_node import logs
 from ascend_node.cli.app import (
     IN_THE_POD,
     STARTED,
+    ServerCommand,
     app,
     debug_on,
     emit,
@@ -177,8 +178,8 @@ def ranktable(
             out(result.env["RANK_TABLE_FILE"])
 
 
-@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
-             rich_help_panel=IN_THE_POD, options_metavar="[OPTIONS] [-- CMD [ARGS]...]")
+@app.command(cls=ServerCommand, rich_help_panel=IN_THE_POD,
+             options_metavar="[OPTIONS] [-- CMD [ARGS]...]")
 def boot(
     ctx: typer.Context,
     shared_dir: SharedDir = None, run_id: RunId = None, timeout: Timeout = None,
