@@ -180,3 +180,56 @@ def test_every_command_taking_a_command_after_the_double_dash_follows_one_rule()
         else:
             assert not isinstance(command, ServerCommand), name
     assert takers == {"boot", "pd-boot", "manifest"}
+
+
+def _value_options() -> list[tuple[str, str]]:
+    """(command, option) for every option of every command that takes a value."""
+    import typer.main
+
+    from ascend_node.cli.app import value_options
+
+    group: Any = typer.main.get_command(app)
+    return sorted((name, flag) for name, command in group.commands.items()
+                  for flag in value_options(command) if flag.startswith("--"))
+
+
+# Issue 36, item 7: `--devices ''` used npu-smi's list, `--shared-dir ''` and `--state-dir ''`
+# became the current directory, `--hccn-tool ''` the default, `--run-id ''` was 2. One rule
+# (cli.app.empty_option): an option given an empty or blank value is exit 2 naming it.
+@pytest.mark.parametrize(("command", "flag"), _value_options())
+def test_every_option_given_an_empty_value_is_2_naming_it(command: str, flag: str) -> None:
+    for args, shown in (([flag, ""], "''"), ([f"{flag}= "], "' '")):
+        done = runner.invoke(app, [command, *args], env={"ASCEND_NODE_DEBUG": ""})
+        assert done.exit_code == 2, (command, args, done.stdout, done.stderr)
+        assert done.stdout == ""
+        cause = "empty" if shown == "''" else "blank"
+        assert done.stderr.splitlines() == [
+            f"ascend-node: error: {flag} {shown} is {cause}",
+            f"  hint: give {flag} a value, or leave it out for its default (an empty "
+            "environment variable counts as unset)"], done.stderr
+
+
+def test_the_value_options_table_holds_the_ones_the_issue_named() -> None:
+    table = set(_value_options())
+    for pair in (("discover", "--devices"), ("ranktable", "--shared-dir"),
+                 ("boot", "--state-dir"), ("boot", "--hccn-tool"), ("status", "--state-dir"),
+                 ("ranktable", "--run-id"), ("manifest", "--pvc"), ("simulate", "--table-out")):
+        assert pair in table
+
+
+@pytest.mark.parametrize(("words", "found"), [
+    (["--devices", ""], ("--devices", "")),
+    (["--devices="], ("--devices", "")),
+    (["--json", "--devices", "\t"], ("--devices", "\t")),
+    (["--run-id", "--devices", "x"], None),  # `--devices` is --run-id's value here
+    (["--run-id", "", "--devices", ""], ("--run-id", "")),
+    (["--", "--devices", ""], None),  # the server's words
+    (["--json", ""], None),  # a flag takes no value: the '' is click's to refuse
+    (["--devices", "0-3"], None),
+    (["--devices"], None),  # click says it needs a value
+])
+def test_empty_option_reads_the_words_as_click_does(words: list[str],
+                                                    found: Any) -> None:
+    from ascend_node.cli.app import empty_option
+
+    assert empty_option(frozenset({"--devices", "--run-id"}), words) == found
