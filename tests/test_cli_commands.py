@@ -179,6 +179,33 @@ def test_status_before_any_bootstrap_is_in_progress(tmp_path):
     assert doc["schema_version"] == 1 and doc["state"] == "not_started"
 
 
+def test_status_says_when_its_state_dir_does_not_exist(tmp_path):
+    """Issue 36: still 3 (a startup probe may run before the agent made its directory),
+    but the words tell a state dir that is not there from one not written yet."""
+    missing = invoke("status", "--state-dir", str(tmp_path / "none"))
+    assert missing.exit_code == 3
+    assert missing.stdout.splitlines()[0] == (
+        f"not_started: no bootstrap has run yet (there is no state in {tmp_path / 'none'}: "
+        "the directory does not exist; check --state-dir / ASCEND_NODE_STATE_DIR if a "
+        "bootstrap ran)")
+    empty = invoke("status", "--state-dir", str(tmp_path))
+    assert empty.exit_code == 3
+    assert empty.stdout.splitlines()[0] == (
+        f"not_started: no bootstrap has run yet ({tmp_path}/status.json is missing)")
+
+
+@pytest.mark.parametrize(("args", "cause"), [
+    (["--wait-timeout", "5"], "--wait-timeout bounds --wait"),
+    (["--serving-timeout", "5"], "--serving-timeout bounds --serving's question to MindIE"),
+    (["--live"], "--live asks MindIE's liveness endpoint"),
+])
+def test_status_refuses_an_option_that_qualifies_one_not_given(tmp_path, args, cause):
+    result = invoke("status", "--state-dir", str(tmp_path), *args)
+    assert result.exit_code == 2, result.stdout
+    assert result.stderr.splitlines()[0] == f"ascend-node: error: {cause}"
+    assert result.stdout == ""
+
+
 def test_status_wait_returns_in_progress_after_its_timeout(tmp_path):
     write_status(tmp_path, StatusDoc(state="in_progress", phase="rendezvous", command="boot"))
     result = invoke("status", "--state-dir", str(tmp_path), "--wait", "--wait-timeout", "0.3")

@@ -261,8 +261,15 @@ def env_cmd(
             out(render_env_script(env), end="")
 
 
+def _given(ctx: typer.Context, name: str) -> bool:
+    """Whether the option was typed (not its default): an option that qualifies another
+    means nothing alone and is refused, as `--live` without `--serving` is."""
+    return getattr(ctx.get_parameter_source(name), "name", "") == "COMMANDLINE"
+
+
 @app.command(rich_help_panel=IN_THE_POD)
 def status(
+    ctx: typer.Context,
     wait: Annotated[bool, typer.Option("--wait", help="Block until done or failed")] = False,
     wait_timeout: Annotated[float, typer.Option(
         "--wait-timeout", help="Seconds --wait may block", metavar="SECONDS",
@@ -286,6 +293,11 @@ def status(
 
         if live and not serving:
             raise UsageError("--live asks MindIE's liveness endpoint", "use it with --serving")
+        if not wait and _given(ctx, "wait_timeout"):
+            raise UsageError("--wait-timeout bounds --wait", "use it with --wait")
+        if not serving and _given(ctx, "serving_timeout"):
+            raise UsageError("--serving-timeout bounds --serving's question to MindIE",
+                             "use it with --serving")
         if serving and wait:
             raise UsageError("--wait and --serving are two probes", "use one of them")
         if not 0 < serving_timeout <= 300:
