@@ -162,6 +162,22 @@ def test_describe_sources_lists_every_option_with_its_origin() -> None:
     assert "master_port = None  [default]" in lines
 
 
+def test_verbose_prints_paths_as_paths(tmp_path: Path) -> None:
+    """Issue 36: `--verbose` printed `state_dir = PosixPath('/run/ascend-node')`."""
+    from ascend_node.cli import app
+    from tests.cli_helpers import cli_runner
+
+    s = resolve_settings({"shared_dir": Path("/mnt/model")}, {})
+    lines = describe_sources(s)
+    assert "shared_dir = /mnt/model  [flag --shared-dir]" in lines
+    assert "state_dir = /run/ascend-node  [default]" in lines
+    state = tmp_path / "state"
+    done = cli_runner().invoke(app, ["ranktable", "--verbose", "--state-dir", str(state),
+                                     "--shared-dir", str(tmp_path / "nope")], env={})
+    assert f"ascend-node: setting state_dir = {state}  [flag --state-dir]" in done.stderr
+    assert "PosixPath" not in done.stderr and "WindowsPath" not in done.stderr
+
+
 def test_settings_are_frozen() -> None:
     s = resolve_settings({}, {})
     with pytest.raises(Exception):  # noqa: B017 - pydantic raises ValidationError

@@ -67,12 +67,13 @@ def _status_writer(settings_box: dict[str, Any], command: str
 def _placed(settings: Any, verbose: bool) -> Any:
     """The outputs' paths checked (and defaults moved) before the rendezvous."""
     from ascend_node.handoff.placement import FALLBACK_NAMES, place_outputs
+    from ascend_node.settings import shown_setting
 
     placed = place_outputs(settings, os.environ)
     if verbose:
         for name in ("state_dir", *FALLBACK_NAMES):
             if placed.sources.get(name, "").startswith("fallback"):
-                print(f"ascend-node: setting {name} = {getattr(placed, name)!r}  "
+                print(f"ascend-node: setting {name} = {shown_setting(getattr(placed, name))}  "
                       f"[{placed.sources[name]}]", file=sys.stderr)
     return placed
 
