@@ -84,7 +84,9 @@ def test_validate_refuses_an_owner_uid_no_process_has(tmp_path, uid):
     shutil.copy(FIXTURES / "ranktables" / "ranktable-2x8.json", table)
     result = invoke("validate", str(table), "--owner-uid", uid)
     assert result.exit_code == 2, result.stdout + result.stderr
-    assert result.stderr.splitlines()[0] == f"ascend-node: error: --owner-uid {uid} is not a uid"
+    assert result.stderr.splitlines() == [
+        f"ascend-node: error: --owner-uid {uid} is out of range",
+        "  hint: --owner-uid takes an integer from 0 to 4294967294, e.g. --owner-uid 1001"]
     assert result.stdout == ""
 
 

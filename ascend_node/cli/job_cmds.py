@@ -35,6 +35,7 @@ from ascend_node.cli.options import (
     TableVersion,
     Verbose,
     attempt_id,
+    integer,
     seconds,
 )
 
@@ -73,7 +74,8 @@ def validate(
     ] = "mindie",
     owner_uid: Annotated[Optional[int], typer.Option(
         "--owner-uid", help="Also require this file owner (MindIE requires the server's uid)",
-        show_default=False)] = None,
+        show_default=False, parser=integer("--owner-uid", "1001", 0, MAX_UID),
+        metavar="INTEGER")] = None,
     global_table: Annotated[bool, typer.Option(
         "--global", help="FILE is a PD service's global rank table: apply MindIE-Motor "
         "controller's rules (docs/pd.md)")] = False,
@@ -86,10 +88,6 @@ def validate(
     with exit_codes(debug_on(debug)):
         from ascend_node.errors import UsageError
 
-        if owner_uid is not None and not 0 <= owner_uid <= MAX_UID:
-            raise UsageError(f"--owner-uid {owner_uid} is not a uid",
-                             f"give the numeric uid that runs the server, 0 to {MAX_UID}, "
-                             "e.g. --owner-uid 1001")
         stdin = str(file) in STDIN_NAMES
         if stdin and owner_uid is not None:
             raise UsageError(f"--owner-uid with {file}: a table read from stdin has no owner",
