@@ -269,6 +269,24 @@ def test_a_table_names_its_version_and_super_pods(tmp_path):
     assert report_json(rep)["table_version"] == "1.2"
 
 
+def test_the_summary_names_the_table_out_file_instead_of_advising_it(tmp_path):
+    """Issue 36: with `--table-out FILE` the summary still said "--table-out FILE copies
+    it"."""
+    results = [result(i, 0, state=tmp_path / "node-0" / "state", table=b"t") for i in (0, 1)]
+    rep = SimReport(SimSpec(nodes=2, devices=1), tmp_path / "gone", results, 1.0,
+                    '{"version": "1.0"}', workspace=tmp_path, workspace_kept=False)
+    out = tmp_path / "t.json"
+    assert format_report(rep, True, out).splitlines()[-1] == (
+        f"rank table v1.0: copied to {out}; --json prints it")
+    assert "--table-out" not in format_report(rep, True, out)
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    kept = SimReport(SimSpec(nodes=2, devices=1), shared, results, 1.0, '{"version": "1.0"}',
+                     workspace=tmp_path, workspace_kept=True)
+    assert (f"rank table v1.0: {shared / 'ranktable-sim.json'} (copied to {out}; --json "
+            "prints it)") in format_report(kept, True, out).splitlines()
+
+
 # ------------------------------------------------------------------ a closed stdout
 
 

@@ -134,7 +134,7 @@ def simulate(
                 doc["timeline"] = drawn[0]
             emit(doc)
         else:
-            out(format_report(report, keep))
+            out(format_report(report, keep, table_out))
             if timeline:
                 out(drawn[1])
         if not report.ok:
