@@ -4,7 +4,8 @@
 runs `mindie_motor_coordinator` and `mindie_motor_controller` (MindIE-Motor's commands, which
 need a MindIE image; the controller's is a Python shim that execs its `bin/ms_controller`,
 python/mindie_motor/controller/controller_run.py). What they do is what a test can observe
-of the real ones (facts with file:line in docs/pd.md and the facts file it cites; MindIE-Motor @5dfb024e, mindie_motor/src/):
+of the real ones (facts with file:line in docs/pd.md and the facts file it cites;
+MindIE-Motor @5dfb024e, mindie_motor/src/):
 
 coordinator — `fake_motor coordinator [PREDICT_IP [MANAGE_IP]]`: reads its
 `ms_coordinator.json` (`MINDIE_MS_COORDINATOR_CONFIG_FILE_PATH`) for `http_config`'s ports;
