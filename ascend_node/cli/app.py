@@ -202,8 +202,10 @@ class ServerCommand(typer.core.TyperCommand):
     """A command that takes another program's command line after `--` (`boot`,
     `pd-boot`, `manifest`): every word before the first `--` is this command's, parsed as
     any command parses its own (an unknown option is click's usage error, exit 2, naming
-    the nearest known options as `ranktable` does: `No such option: --launcer Did you
-    mean --launcher?`); every word after it is the server's, untouched. A stray word
+    the nearest known options as `ranktable` does: `No such option: --launcer (Possible
+    options: --launcher, --launcher-args)`); every word after it is the server's,
+    untouched. The first `--` ends the command's own words even where an option's value
+    could be `--` (`--launcher-args --`): that option then lacks its value, said so. A stray word
     before `--` (`boot msrun`) is a usage error too, naming it: a typo must never become
     the command a pod execs (127 after the whole rendezvous) or a rendered Job's `args`.
 
