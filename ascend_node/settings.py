@@ -223,5 +223,13 @@ def describe_sources(settings: Settings) -> list[str]:
     lines = []
     for opt in OPTIONS:
         value = getattr(settings, opt.name)
-        lines.append(f"{opt.name} = {value!r}  [{settings.sources.get(opt.name, 'default')}]")
+        lines.append(f"{opt.name} = {shown_setting(value)}  "
+                     f"[{settings.sources.get(opt.name, 'default')}]")
     return lines
+
+
+def shown_setting(value: Any) -> str:
+    """A setting's value as `--verbose` prints it: a path as the path (`/run/ascend-node`,
+    not `PosixPath('/run/ascend-node')`: what the operator typed or can paste), anything
+    else as Python writes it (`'r1'`, `None`, `(1000, 1000)`)."""
+    return str(value) if isinstance(value, os.PathLike) else repr(value)

@@ -82,8 +82,13 @@ def current_status(state_dir: Path) -> StatusView:
 def _status(state_dir: Path) -> StatusView:
     doc = read_status(state_dir)
     if doc is None:
+        # Still 3: a startup probe may run before the agent made its state dir. The words
+        # tell "nothing here yet" from "looking in the wrong place" (a --state-dir typo).
+        where = (f"{state_dir}/status.json is missing" if state_dir.is_dir() else
+                 f"there is no state in {state_dir}: the directory does not exist; check "
+                 "--state-dir / ASCEND_NODE_STATE_DIR if a bootstrap ran")
         return StatusView("not_started", EXIT_IN_PROGRESS,
-                          f"no bootstrap has run yet ({state_dir}/status.json is missing)", None)
+                          f"no bootstrap has run yet ({where})", None)
     where = f"{doc.command} {doc.phase}"
     if doc.state == "done":
         return StatusView("done", EXIT_DONE, doc.message or where, doc)

@@ -76,6 +76,85 @@ def test_validate_for_hccl_accepts_mindclusters_0644_hccl_json(tmp_path):
     assert mindie.exit_code == 1 and "MindIE requires 0640 or stricter" in mindie.stdout
 
 
+# Issue 36, item 7: `--owner-uid -1` was accepted, a key named twice passed, `validate -`
+# and `validate /dev/stdin` were refused ("a symlink").
+@pytest.mark.parametrize("uid", ["-1", "4294967295"])
+def test_validate_refuses_an_owner_uid_no_process_has(tmp_path, uid):
+    table = tmp_path / "rt.json"
+    shutil.copy(FIXTURES / "ranktables" / "ranktable-2x8.json", table)
+    result = invoke("validate", str(table), "--owner-uid", uid)
+    assert result.exit_code == 2, result.stdout + result.stderr
+    assert result.stderr.splitlines() == [
+        f"ascend-node: error: --owner-uid {uid} is out of range",
+        "  hint: --owner-uid takes an integer from 0 to 4294967294, e.g. --owner-uid 1001"]
+    assert result.stdout == ""
+
+
+def _with_a_key_named_twice() -> str:
+    text = (FIXTURES / "ranktables" / "ranktable-2x8.json").read_text()
+    doc = json.loads(text)
+    ip = doc["server_list"][1]["device"][3]["device_ip"]
+    # the same key again in that device's object, and "status" again at the top: `json`
+    # keeps the last of each, silently
+    return text.replace(f'"device_ip": "{ip}"', f'"device_ip": "{ip}", "device_ip": "10.9.9.9"'
+                        ).replace('"version"', '"status": "completed", "version"', 1)
+
+
+def test_validate_refuses_a_key_named_twice_at_its_json_path(tmp_path):
+    table = tmp_path / "rt.json"
+    table.write_text(_with_a_key_named_twice())
+    table.chmod(0o640)
+    result = invoke("validate", str(table), "--json")
+    assert result.exit_code == 1, result.stdout + result.stderr
+    problems = {p["path"]: p["message"] for p in json.loads(result.stdout)["problems"]}
+    assert set(problems) == {"$.server_list[1].device[3].device_ip", "$.status"}, problems
+    assert problems["$.status"].startswith("key 'status' appears 2 times in one object")
+
+
+def test_validate_global_refuses_a_key_named_twice(tmp_path):
+    table = tmp_path / "global.json"
+    table.write_text('{"version": "1.0", "version": "1.0", "status": "completed"}')
+    table.chmod(0o640)
+    result = invoke("validate", "--global", str(table))
+    assert result.exit_code == 1, result.stdout + result.stderr
+    assert f"{table}: $.version: key 'version' appears 2 times" in result.stdout
+
+
+@pytest.mark.parametrize("name", ["-", "/dev/stdin"])
+def test_validate_reads_the_table_from_stdin_when_asked(name):
+    import subprocess
+    import sys
+
+    good = (FIXTURES / "ranktables" / "ranktable-2x8.json").read_text()
+    for text, code, shown in ((good, 0, "<stdin>: valid for mindie"),
+                              (_with_a_key_named_twice(), 1,
+                               "<stdin>: $.server_list[1].device[3].device_ip: key "
+                               "'device_ip' appears 2 times")):
+        # a real pipe: /dev/stdin is then a symlink to a FIFO, never "a file"
+        done = subprocess.run([sys.executable, "-m", "ascend_node", "validate", name],
+                              input=text, capture_output=True, text=True, timeout=60)
+        assert done.returncode == code, done.stdout + done.stderr
+        assert shown in done.stdout, done.stdout
+        assert "symlink" not in done.stdout
+
+
+def test_validate_from_stdin_has_no_owner_to_check():
+    result = runner.invoke(app, ["validate", "-", "--owner-uid", "0"], input="{}")
+    assert result.exit_code == 2
+    assert "--owner-uid with -: a table read from stdin has no owner" in result.stderr
+
+
+def test_validate_still_names_a_symlinked_file_as_mindie_does(tmp_path):
+    table = tmp_path / "rt.json"
+    shutil.copy(FIXTURES / "ranktables" / "ranktable-2x8.json", table)
+    table.chmod(0o640)
+    link = tmp_path / "link.json"
+    link.symlink_to(table)
+    result = invoke("validate", str(link))
+    assert result.exit_code == 1
+    assert "is a symlink: MindIE refuses links" in result.stdout
+
+
 # ------------------------------------------------------------------ status
 
 
@@ -100,6 +179,33 @@ def test_status_before_any_bootstrap_is_in_progress(tmp_path):
     assert result.exit_code == 3
     doc = json.loads(result.stdout)
     assert doc["schema_version"] == 1 and doc["state"] == "not_started"
+
+
+def test_status_says_when_its_state_dir_does_not_exist(tmp_path):
+    """Issue 36: still 3 (a startup probe may run before the agent made its directory),
+    but the words tell a state dir that is not there from one not written yet."""
+    missing = invoke("status", "--state-dir", str(tmp_path / "none"))
+    assert missing.exit_code == 3
+    assert missing.stdout.splitlines()[0] == (
+        f"not_started: no bootstrap has run yet (there is no state in {tmp_path / 'none'}: "
+        "the directory does not exist; check --state-dir / ASCEND_NODE_STATE_DIR if a "
+        "bootstrap ran)")
+    empty = invoke("status", "--state-dir", str(tmp_path))
+    assert empty.exit_code == 3
+    assert empty.stdout.splitlines()[0] == (
+        f"not_started: no bootstrap has run yet ({tmp_path}/status.json is missing)")
+
+
+@pytest.mark.parametrize(("args", "cause"), [
+    (["--wait-timeout", "5"], "--wait-timeout bounds --wait"),
+    (["--serving-timeout", "5"], "--serving-timeout bounds --serving's question to MindIE"),
+    (["--live"], "--live asks MindIE's liveness endpoint"),
+])
+def test_status_refuses_an_option_that_qualifies_one_not_given(tmp_path, args, cause):
+    result = invoke("status", "--state-dir", str(tmp_path), *args)
+    assert result.exit_code == 2, result.stdout
+    assert result.stderr.splitlines()[0] == f"ascend-node: error: {cause}"
+    assert result.stdout == ""
 
 
 def test_status_wait_returns_in_progress_after_its_timeout(tmp_path):

@@ -38,7 +38,8 @@ FOREIGN: dict[str, frozenset[str]] = {
     "pip wheel (images/README.md)": frozenset({"--no-deps"}),
     "Volcano's svc plugin": frozenset({"--disable-network-policy"}),
     "a training script's own argument (docs/launchers.md)": frozenset({"--config"}),
-    "the docs' example of an unknown option": frozenset({"--bogus"}),
+    "the docs' examples of unknown options and typos": frozenset({
+        "--bogus", "--pcv", "--launcer", "--motor-confg"}),
 }
 """Flags the documents quote for other programs. The benchmark and CI scripts' own options
 (`bench/*.py`, `scripts/*`) are read from their sources below."""
@@ -125,3 +126,36 @@ def test_the_check_fails_on_what_it_guards() -> None:
     assert "__ASCEND_NODE_I" not in _VAR.findall("for __ASCEND_NODE_I in") and \
         _VAR.findall("for __ASCEND_NODE_I in") == []
     assert Path(ROOT / "README.md") in DOCUMENTS
+
+
+def _section(doc: str, heading: str) -> str:
+    text = (ROOT / doc).read_text(encoding="utf-8")
+    start = text.index(heading)
+    end = text.find("\n## ", start + len(heading))
+    return text[start:end if end >= 0 else len(text)]
+
+
+def test_deploy_lists_every_example_and_every_manifest_option() -> None:
+    """Issue 36: deploy.md's examples left out mindie-pd-1p2-1d8.yaml and its parameters
+    `--load-timeout`. The table of examples names every file of examples/volcano/, the
+    table of parameters every option of `manifest`."""
+    head = (ROOT / "docs" / "deploy.md").read_text(encoding="utf-8").split("\n## ", 1)[0]
+    for example in sorted((ROOT / "examples" / "volcano").glob("*.yaml")):
+        assert f"| `{example.name}` |" in head, example.name
+    table = _section("docs/deploy.md", "## Parameters")
+    root = typer.main.get_command(app)
+    manifest = root.commands["manifest"]  # type: ignore[attr-defined]
+    shared = {"--json", "--debug", "--help"}
+    for p in manifest.params:
+        for flag in (*p.opts, *getattr(p, "secondary_opts", ())):
+            if flag.startswith("--") and flag not in shared:
+                assert f"`{flag}`" in table or f"`{flag} " in table, flag
+
+
+def test_the_quick_starts_absent_node_comes_with_a_short_timeout() -> None:
+    """`--absent 2` alone waits the default 60 s before anything is said: every place that
+    suggests it to a newcomer gives the `--timeout` that keeps it short."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    quick = readme[readme.index("## Quick start"):].split("\n## ", 1)[0]
+    for match in re.finditer(r"--absent \S+", quick):
+        assert "--timeout" in quick[match.start():match.start() + 40], quick

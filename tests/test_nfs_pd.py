@@ -2,11 +2,12 @@
 
 Three NFS clients (UML guests) of one kernel nfsd: the prefill instance's two pods on
 client 0, the decode instance's pod on client 1, and on client 2 the coordinator's pod
-(`pd-boot -- ms_coordinator`) and the controller's (`pd-table --watch` and `pd-boot --
-ms_controller`, the fakes of sim/fake_motor.py), with a reader polling the global table
-every 0.1 s; a second reader on client 0. The decode instance is restarted mid-run with a
-new pod IP: it must come back in the same group while neither reader ever reads a torn or
-invalid table, and the fake controller sees the restart as a scale-in then a scale-out.
+(`pd-boot -- mindie_motor_coordinator`) and the controller's (`pd-table --watch` and
+`pd-boot -- mindie_motor_controller`, the fakes of sim/fake_motor.py), with a reader
+polling the global table every 0.1 s; a second reader on client 0. The decode instance is
+restarted mid-run with a new pod IP: it must come back in the same group while neither
+reader ever reads a torn or invalid table, and the fake controller sees the restart as a
+scale-in then a scale-out.
 
 The instance pods run `ascend-node ranktable` (the instance's rendezvous, as every pod of
 the instance does before `boot`'s exec). Skips, with the reason, without root / UML / the

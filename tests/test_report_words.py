@@ -110,3 +110,50 @@ def test_exec_is_not_drawn_in_the_red_of_failures() -> None:
     rgb = [int(STYLE["exec"].colour[k:k + 2], 16) / 255 for k in (1, 3, 5)]
     hue = colorsys.rgb_to_hsv(*rgb)[0] * 360
     assert 30 < hue < 330, STYLE["exec"].colour
+
+
+def test_no_node_that_came_is_the_last_arrival_while_one_never_did() -> None:
+    """Issue 36: with node 5 absent, the report named worker 14 "last arrival" and drew
+    the critical path through it; the job waited on node 5."""
+    text = render_text(build_timeline(one_absent_of_16()))
+    words = _words(text)
+    (head,) = [w for w in words if w.startswith("last arrival: ")]
+    assert head.startswith("last arrival: none: worker 4 (node 5) never arrived; of those "
+                           "that did, worker 14 (node 15) published last"), head
+    (path,) = [w for w in words if w.startswith("critical path: ")]
+    assert path.startswith("critical path: through worker 4 (node 5), which never arrived")
+
+
+def test_an_abort_after_a_node_never_came_is_not_timed_from_the_last_arrival() -> None:
+    from ascend_node.report.timeline import decision_line
+
+    assert decision_line("abort", T0 + 9.0, T0, T0 + 4.0, all_arrived=False) == (
+        "abort: written 5.00 s after the last node that arrived, at 9.00 s (no table)")
+    assert decision_line("table", T0 + 9.0, T0, T0 + 4.0) == (
+        "table: written 5.00 s after the last arrival, at 9.00 s")
+
+
+def test_nodes_that_met_no_attempt_are_not_called_attempt_none() -> None:
+    """Issue 36: `report` printed `attempt 'none'` (the directory name) as if an attempt
+    had that name."""
+    nodes = [node(i, count=2, boot=False, failed=(1, OWN)) for i in range(2)]
+    got = Collected(RUN, None, WHERE.parent / "none", tuple(nodes), (), 2, {}, None, None)
+    tl = build_timeline(got)
+    assert render_text(tl).splitlines()[0].startswith(
+        "run job-a, no attempt (nodes that met none): 2 of 2 nodes left a trace")
+    assert "attempt none" not in render_html(tl) and "attempt 'none'" not in render_text(tl)
+
+
+def test_no_summaries_without_an_attempt_says_so(tmp_path: Path) -> None:
+    from ascend_node.errors import ConfigError
+    from ascend_node.report.collect import collect
+
+    (tmp_path / ".ascend-node" / "job-a").mkdir(parents=True)
+    try:
+        collect(tmp_path, "job-a")
+    except ConfigError as exc:
+        assert exc.cause.startswith("no node summaries for run 'job-a', no attempt opened "
+                                    "(and no node left a summary outside one) in "), exc.cause
+        assert "'none'" not in exc.cause
+    else:
+        raise AssertionError("collect found summaries in an empty run")

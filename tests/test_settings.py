@@ -162,6 +162,22 @@ def test_describe_sources_lists_every_option_with_its_origin() -> None:
     assert "master_port = None  [default]" in lines
 
 
+def test_verbose_prints_paths_as_paths(tmp_path: Path) -> None:
+    """Issue 36: `--verbose` printed `state_dir = PosixPath('/run/ascend-node')`."""
+    from ascend_node.cli import app
+    from tests.cli_helpers import cli_runner
+
+    s = resolve_settings({"shared_dir": Path("/mnt/model")}, {})
+    lines = describe_sources(s)
+    assert "shared_dir = /mnt/model  [flag --shared-dir]" in lines
+    assert "state_dir = /run/ascend-node  [default]" in lines
+    state = tmp_path / "state"
+    done = cli_runner().invoke(app, ["ranktable", "--verbose", "--state-dir", str(state),
+                                     "--shared-dir", str(tmp_path / "nope")], env={})
+    assert f"ascend-node: setting state_dir = {state}  [flag --state-dir]" in done.stderr
+    assert "PosixPath" not in done.stderr and "WindowsPath" not in done.stderr
+
+
 def test_settings_are_frozen() -> None:
     s = resolve_settings({}, {})
     with pytest.raises(Exception):  # noqa: B017 - pydantic raises ValidationError
@@ -183,3 +199,57 @@ def test_any_environment_resolves_or_raises_config_error(environ: dict[str, str]
     assert s.timeout > 0 and s.tool_timeout > 0
     assert s.master_port is None or 1 <= s.master_port <= 65535
     assert set(s.sources) == {o.name for o in OPTIONS}
+
+
+@pytest.mark.parametrize("empty", ["", "  "])
+@pytest.mark.parametrize("option", OPTIONS, ids=lambda o: o.env)
+def test_an_empty_environment_twin_counts_as_unset(option: Any, empty: str) -> None:
+    """The other half of the rule for empty values (docs/bad-inputs.md, "Empty values"):
+    a pod spec renders an absent value as "", so an empty variable is unset, while an
+    empty flag is a usage error (tests/test_cli_options.py). Fallbacks too."""
+    for var in (option.env, *option.fallbacks):
+        s = resolve_settings({}, {var: empty})
+        assert getattr(s, option.name) == getattr(resolve_settings({}, {}), option.name)
+        assert s.sources[option.name] == "default"
+
+
+@pytest.mark.parametrize("var", ["ASCEND_NODE_LAUNCHER", "ASCEND_NODE_HTTPS",
+                                 "ASCEND_NODE_TLS_CERTS", "MODEL_NAME",
+                                 "ASCEND_NODE_MODEL_DIR", "ASCEND_NODE_LAUNCHER_ARGS",
+                                 "MODEL_PATH"])
+def test_an_empty_boot_variable_counts_as_unset(var: str) -> None:
+    from ascend_node.chain.boot import boot_options_from_env
+
+    def opts(environ: dict[str, str]) -> Any:
+        return boot_options_from_env(environ, None, [], None, None, None)
+
+    assert opts({var: ""}) == opts({}) == opts({var: " "})
+
+
+def test_the_other_empty_variables_count_as_unset(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ascend_node.cli.app import debug_on
+    from ascend_node.rendezvous.seal import load_key
+    from ascend_node.statedir import resolve_state_dir
+
+    monkeypatch.setenv("ASCEND_NODE_DEBUG", "")
+    assert debug_on(False) is False
+    assert resolve_state_dir(None, {"ASCEND_NODE_STATE_DIR": ""}) == Path("/run/ascend-node")
+    assert load_key({"ASCEND_NODE_RENDEZVOUS_KEY": ""}, None) is None
+
+
+def test_every_environment_twin_a_help_names_is_held_to_the_rule() -> None:
+    """Every `(env VAR` an option's help names is one of the variables the tests above
+    hold to "empty = unset"; a new twin fails here until it is added to them."""
+    import re
+
+    import typer.main
+
+    from ascend_node.cli import app
+
+    group: Any = typer.main.get_command(app)
+    named = {var for command in group.commands.values() for p in command.params
+             for var in re.findall(r"\(env ([A-Z_]+)", getattr(p, "help", None) or "")}
+    held = ({o.env for o in OPTIONS} | {"ASCEND_NODE_LAUNCHER", "ASCEND_NODE_HTTPS",
+            "MODEL_NAME", "ASCEND_NODE_MODEL_DIR", "ASCEND_NODE_LAUNCHER_ARGS",
+            "ASCEND_NODE_DEBUG", "ASCEND_NODE_RENDEZVOUS_KEY", "ASCEND_NODE_STATE_DIR"})
+    assert named and named <= held, named - held

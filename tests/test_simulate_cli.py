@@ -48,7 +48,9 @@ def test_simulate_prints_one_line_per_server_and_where_the_time_went(tmp_path):
         assert all(float(c) >= 0 for c in cells[6:])
     assert "3 nodes x 2 NPUs: 3 ok, identical tables on every node" in done.stdout
     shared_table = shared / "ranktable-sim.json"
-    assert f"rank table v1.0: {shared_table} (--json prints it" in done.stdout
+    # named where it was copied, not advised (issue 36)
+    assert (f"rank table v1.0: {shared_table} (copied to {out_file}; --json prints it)"
+            in done.stdout.splitlines())
     table = json.loads(out_file.read_text())
     assert out_file.read_text() == shared_table.read_text()
     assert [d["rank_id"] for s in table["server_list"] for d in s["device"]] == [

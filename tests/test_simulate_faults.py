@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -118,7 +119,10 @@ def test_absent_nodes_end_the_others_with_4_naming_them(tmp_path):
     err = done.stderr.splitlines()
     assert err[0] == f"simulate: starting 4 nodes x 1 NPUs (node 2 absent) in {work}"
     assert err[1].startswith("simulate: 3 s: ") and "waiting for nodes 0, 1, 3" in err[1]
-    assert "they give up 4 s after they start, --timeout" in err[1]
+    # when they give up, as each node's own record of its start says (issue 36)
+    # (on a loaded machine some agents may still be starting Python at 3 s)
+    assert re.search(r"\(--timeout 4 s from each agent's start: (the last gives up in \d+ s"
+                     r"|past it, ending|nodes? [0-9, ]+ still starting)", err[1]), err[1]
 
 
 def test_absent_node_0_is_named_by_everyone_and_no_keep_removes_the_workspace(tmp_path):

@@ -112,8 +112,36 @@ def test_the_progress_line_says_who_ended_who_runs_and_what_node_0_waits_for():
     line = progress_line(spec, 8.4, [result(1, 1)], [0, 3],
                          "2/4 present, waiting for worker 1 (node 2), worker 2 (node 3)")
     assert line == ("simulate: 8 s: 1/3 nodes ended (node 1 exit 1); waiting for nodes 0, 3 "
-                    "(they give up 60 s after they start, --timeout); node 0: 2/4 present, "
+                    "(--timeout 60 s from each agent's start); node 0: 2/4 present, "
                     "waiting for worker 1 (node 2), worker 2 (node 3)")
+
+
+@pytest.mark.parametrize(("starts", "now", "words"), [
+    ({0: 100.0, 3: 102.0}, 110.0, "the last gives up in 52 s"),
+    ({0: 100.0}, 110.0, "the last gives up in 50 s; node 3 still starting"),
+    ({}, 110.0, "nodes 0, 3 still starting"),
+    ({0: 100.0, 3: 100.0}, 160.2, "past it, ending"),
+])
+def test_the_progress_line_says_when_the_nodes_really_give_up(starts, now, words):
+    """Issue 36: "they give up 3 s after they start" while they ran 11.8 s: the timeout
+    counts from each agent's start, after Python's start-up, which takes seconds on a
+    loaded machine. The line says when, from each node's own record of its start."""
+    from ascend_node.sim.session import gives_up_note
+
+    assert gives_up_note(60, starts, [0, 3], now) == words
+    line = progress_line(SimSpec(nodes=4, timeout=60), 8.4, [], [0, 3], "",
+                         gives_up_note(60, starts, [0, 3], now))
+    assert f"(--timeout 60 s from each agent's start: {words})" in line
+
+
+def test_an_agents_start_is_read_from_its_own_events(tmp_path):
+    from ascend_node import events
+    from ascend_node.sim.session import agent_start
+
+    assert agent_start(tmp_path) is None
+    rec = events.Recorder.open(tmp_path, "ranktable", started=1234.5)
+    rec.close()
+    assert agent_start(tmp_path) == 1234.5
 
 
 def test_progress_speaks_after_a_few_seconds_then_every_few(tmp_path):
@@ -239,6 +267,24 @@ def test_a_table_names_its_version_and_super_pods(tmp_path):
     assert format_report(rep).splitlines()[-1] == (
         "rank table v1.2 (A3, 2 super pods): --json prints it, --table-out FILE copies it")
     assert report_json(rep)["table_version"] == "1.2"
+
+
+def test_the_summary_names_the_table_out_file_instead_of_advising_it(tmp_path):
+    """Issue 36: with `--table-out FILE` the summary still said "--table-out FILE copies
+    it"."""
+    results = [result(i, 0, state=tmp_path / "node-0" / "state", table=b"t") for i in (0, 1)]
+    rep = SimReport(SimSpec(nodes=2, devices=1), tmp_path / "gone", results, 1.0,
+                    '{"version": "1.0"}', workspace=tmp_path, workspace_kept=False)
+    out = tmp_path / "t.json"
+    assert format_report(rep, True, out).splitlines()[-1] == (
+        f"rank table v1.0: copied to {out}; --json prints it")
+    assert "--table-out" not in format_report(rep, True, out)
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    kept = SimReport(SimSpec(nodes=2, devices=1), shared, results, 1.0, '{"version": "1.0"}',
+                     workspace=tmp_path, workspace_kept=True)
+    assert (f"rank table v1.0: {shared / 'ranktable-sim.json'} (copied to {out}; --json "
+            "prints it)") in format_report(kept, True, out).splitlines()
 
 
 # ------------------------------------------------------------------ a closed stdout

@@ -639,3 +639,20 @@ FIXTURE_CASES: list[tuple[str, str, Expected]] = [
 def test_fixture_tables(name: str, target: str, expected: Expected) -> None:
     doc = json.loads((FIXTURES / name).read_text())
     _check(validate_rank_table(doc, target), expected)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("text", "paths"), [
+    ('{"a": 1, "a": 2}', ["$.a"]),
+    ('{"a": {"b": [1, {"c": 1, "c": 1, "c": 1}]}}', ["$.a.b[1].c"]),
+    ('[{"x": 1}, {"x": 1, "y": 2, "x": 3}]', ["$[1].x"]),
+    ('{"a": 1, "b": {"a": 2}}', []),  # the same key in two objects is fine
+])
+def test_a_key_named_twice_in_one_object_is_a_problem_at_its_path(text: str,
+                                                                 paths: list[str]) -> None:
+    from ascend_node.ranktable import parse_table_json
+
+    doc, problems = parse_table_json(text.encode())
+    assert [p.path for p in problems] == paths
+    assert doc == json.loads(text)
+    if paths:
+        assert "appears" in problems[0].message and "keep one" in problems[0].message

@@ -101,7 +101,7 @@ def boot_options_from_env(
         _refuse(weights_from, f"{weights_from} {weights!r} is not an absolute path",
                 "give the directory holding the model's config.json and weights")
     if weights is None:
-        weights = environ.get("MODEL_PATH") or None
+        weights = environ.get("MODEL_PATH", "").strip() or None  # blank = unset
     args_text, args_from = _pick(launcher_args, "--launcher-args", environ, LAUNCHER_ARGS_ENV)
     extra: tuple[str, ...] = ()
     if args_text is not None:

@@ -143,6 +143,15 @@ class Commands(typer.core.TyperGroup):
     def resolve_command(self, ctx: Any, args: list[str]) -> Any:
         name, cmd, rest = super().resolve_command(ctx, args)
         Commands.invoked = name
+        if cmd is not None and not ctx.resilient_parsing:
+            found = empty_option(value_options(cmd), rest)
+            if found is not None:
+                from ascend_node.errors import UsageError
+
+                flag, value = found
+                raise UsageError(f"{flag} {value!r} is {'blank' if value else 'empty'}",
+                                 f"give {flag} a value, or leave it out for its default "
+                                 "(an empty environment variable counts as unset)")
         return name, cmd, rest
 
     def invoke(self, ctx: Any) -> Any:
@@ -150,6 +159,82 @@ class Commands(typer.core.TyperGroup):
             return super().invoke(ctx)
         except AscendNodeError as exc:  # raised by an option type, before the command ran
             raise typer.Exit(report_error(exc, debug_on(False))) from None
+
+
+def value_options(command: Any) -> frozenset[str]:
+    """Every name (`--devices`, `-o`) of the options of `command` that take a value."""
+    return frozenset(name for p in command.params
+                     if getattr(p, "param_type_name", "") == "option"
+                     and not getattr(p, "is_flag", False) and not getattr(p, "count", False)
+                     for name in (*p.opts, *p.secondary_opts))
+
+
+def empty_option(takes_value: frozenset[str], words: list[str]
+                 ) -> Optional[tuple[str, str]]:
+    """The first option given an empty or blank value (`--devices ''`, `--state-dir=`)
+    among the words before `--`, and that value; or None.
+
+    One rule for every option of every command: an option typed with nothing in it is
+    a mistake (an unset shell variable, `--devices "$DEVS"`), never "the default". Left
+    to each type, `''` became the current directory (`Path('')`), npu-smi's device list,
+    or a refusal, depending on the option. The environment twin of an option is the
+    other way round: an empty variable counts as unset (settings.resolve_settings,
+    statedir, chain.boot), since a pod spec renders an absent value as `""`
+    (docs/bad-inputs.md, "Empty values")."""
+    i = 0
+    while i < len(words):
+        word = words[i]
+        if word == "--":
+            return None
+        name, eq, value = word.partition("=")
+        if eq and name.startswith("--") and name in takes_value:
+            if not value.strip():
+                return name, value
+        elif word in takes_value:
+            if i + 1 < len(words) and not words[i + 1].strip():
+                return word, words[i + 1]
+            i += 1  # its value, whatever it looks like
+        i += 1
+    return None
+
+
+class ServerCommand(typer.core.TyperCommand):
+    """A command that takes another program's command line after `--` (`boot`,
+    `pd-boot`, `manifest`): every word before the first `--` is this command's, parsed as
+    any command parses its own (an unknown option is click's usage error, exit 2, naming
+    the nearest known options as `ranktable` does: `No such option: --launcer (Possible
+    options: --launcher, --launcher-args)`); every word after it is the server's,
+    untouched. The first `--` ends the command's own words even where an option's value
+    could be `--` (`--launcher-args --`): that option then lacks its value, said so. A stray word
+    before `--` (`boot msrun`) is a usage error too, naming it: a typo must never become
+    the command a pod execs (127 after the whole rendezvous) or a rendered Job's `args`.
+
+    Register with `@app.command(cls=ServerCommand)`; `ctx.args` is then exactly what
+    followed `--` (tests/test_cli_options.py holds every such command to this class)."""
+
+    SEPARATOR = "--"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # Stray words are collected, then refused here with a hint; unknown options are
+        # never carried into the server's command.
+        self.context_settings = {**self.context_settings, "allow_extra_args": True,
+                                 "ignore_unknown_options": False}
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        words = list(args)
+        cut = words.index(self.SEPARATOR) if self.SEPARATOR in words else len(words)
+        own, server = words[:cut], words[cut + 1:]
+        super().parse_args(ctx, own)
+        stray = list(ctx.args)
+        if stray and not ctx.resilient_parsing:
+            noun = "word" if len(stray) == 1 else "words"
+            shown = " ".join(stray)
+            ctx.fail(f"Unexpected {noun} {shown!r} before '--': the command to run and "
+                     f"its arguments go after '--' (ascend-node {ctx.info_name} [OPTIONS] "
+                     f"-- {' '.join([*stray, *server])})")
+        ctx.args = server
+        return server
 
 
 def _listing_order(info: Any) -> int:

@@ -35,20 +35,47 @@ from ascend_node.cli.options import (
     TableVersion,
     Verbose,
     attempt_id,
+    integer,
     seconds,
 )
+
+STDIN_NAMES = ("-", "/dev/stdin")
+"""How `validate` is asked to read the table from stdin. `/dev/stdin` is a symlink (to
+`/proc/self/fd/0`): read as a file, MindIE's rule "not a symlink" would refuse it, and a
+pipe behind it is no regular file; asked for by name, it means stdin."""
+MAX_UID = 2**32 - 2
+"""The largest uid Linux gives a process (uid_t is 32 bits; -1 means "no change")."""
+
+
+def _read_stdin() -> bytes:
+    """The table's bytes from stdin: at most MindIE's 10 MiB and one byte more, so a
+    larger table is refused by size, as a file would be."""
+    from ascend_node.errors import ConfigError
+    from ascend_node.ranktable import MAX_FILE_SIZE
+
+    stream = getattr(sys.stdin, "buffer", None)
+    if stream is None:
+        raise ConfigError("cannot read the table from stdin: stdin is closed",
+                          "pipe the table in (… | ascend-node validate -) or give its path")
+    raw: bytes = stream.read(MAX_FILE_SIZE + 1)
+    if len(raw) > MAX_FILE_SIZE:
+        raise ConfigError(f"the table on stdin is over {MAX_FILE_SIZE} bytes",
+                          "MindIE reads at most 10 MiB; no rank table is that big")
+    return raw
 
 
 @app.command(rich_help_panel=FOR_THE_OPERATOR)
 def validate(
-    file: Annotated[Path, typer.Argument(help="Rank table JSON file", metavar="FILE",
-                                         show_default=False)],
+    file: Annotated[Path, typer.Argument(help="Rank table JSON file; - (or /dev/stdin) reads "
+                                         "it from stdin, without the file rules",
+                                         metavar="FILE", show_default=False)],
     target: Annotated[str, typer.Option(
         "--for", metavar="mindie|hccl", help="Rules to apply: mindie (HCCL + MindIE) or hccl")
     ] = "mindie",
     owner_uid: Annotated[Optional[int], typer.Option(
         "--owner-uid", help="Also require this file owner (MindIE requires the server's uid)",
-        show_default=False)] = None,
+        show_default=False, parser=integer("--owner-uid", "1001", 0, MAX_UID),
+        metavar="INTEGER")] = None,
     global_table: Annotated[bool, typer.Option(
         "--global", help="FILE is a PD service's global rank table: apply MindIE-Motor "
         "controller's rules (docs/pd.md)")] = False,
@@ -61,33 +88,41 @@ def validate(
     with exit_codes(debug_on(debug)):
         from ascend_node.errors import UsageError
 
+        stdin = str(file) in STDIN_NAMES
+        if stdin and owner_uid is not None:
+            raise UsageError(f"--owner-uid with {file}: a table read from stdin has no owner",
+                             "give the table's path to check its owner")
+        if not global_table and controller_config is not None:
+            raise UsageError("--controller-config goes with --global",
+                             "add --global to judge a PD service's global rank table")
+        if not global_table and target not in ("mindie", "hccl"):
+            raise UsageError(f"--for {target!r} is not one of mindie, hccl",
+                             "use --for mindie (default) or --for hccl")
+        raw = _read_stdin() if stdin else b""
         if global_table:
             from ascend_node.pd.controller_config import read_flags
-            from ascend_node.pd.files import validate_global_file
+            from ascend_node.pd.files import validate_global_file, validate_global_text
 
             target = "mindie-motor"
             flags = read_flags(controller_config) if controller_config is not None else None
-            problems = validate_global_file(file, flags, check_owner_uid=owner_uid)
-        elif controller_config is not None:
-            raise UsageError("--controller-config goes with --global",
-                             "add --global to judge a PD service's global rank table")
+            problems = (validate_global_text(raw, flags) if stdin else
+                        validate_global_file(file, flags, check_owner_uid=owner_uid))
         else:
-            from ascend_node.ranktable import validate_file
+            from ascend_node.ranktable import validate_file, validate_text
 
-            if target not in ("mindie", "hccl"):
-                raise UsageError(f"--for {target!r} is not one of mindie, hccl",
-                                 "use --for mindie (default) or --for hccl")
-            problems = validate_file(file, target,  # type: ignore[arg-type]
-                                     check_owner_uid=owner_uid)
+            problems = (validate_text(raw, target) if stdin  # type: ignore[arg-type]
+                        else validate_file(file, target,  # type: ignore[arg-type]
+                                           check_owner_uid=owner_uid))
+        shown = "<stdin>" if stdin else str(file)
         if json_out:
-            emit({"file": str(file), "target": target, "valid": not problems,
-                   "problems": [{"path": p.path, "message": p.message} for p in problems]})
+            emit({"file": shown, "target": target, "valid": not problems,
+                  "problems": [{"path": p.path, "message": p.message} for p in problems]})
         elif problems:
             for p in problems:
-                out(f"{file}: {p.path}: {p.message}")
+                out(f"{shown}: {p.path}: {p.message}")
             print(f"{len(problems)} problem(s) for {target}", file=sys.stderr)
         else:
-            out(f"{file}: valid for {target}")
+            out(f"{shown}: valid for {target}")
         if problems:
             raise typer.Exit(1)
 

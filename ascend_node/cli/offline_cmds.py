@@ -12,10 +12,20 @@ from typing import Annotated, Any, Optional
 import typer
 
 from ascend_node import __version__, logs
-from ascend_node.cli.app import OFFLINE, app, debug_on, emit, exit_codes, on_sigterm, out
+from ascend_node.cli.app import (
+    OFFLINE,
+    ServerCommand,
+    app,
+    debug_on,
+    emit,
+    exit_codes,
+    on_sigterm,
+    out,
+)
 from ascend_node.cli.options import (
     Debug,
     Json,
+    integer,
 )
 
 
@@ -124,7 +134,7 @@ def simulate(
                 doc["timeline"] = drawn[0]
             emit(doc)
         else:
-            out(format_report(report, keep))
+            out(format_report(report, keep, table_out))
             if timeline:
                 out(drawn[1])
         if not report.ok:
@@ -151,8 +161,8 @@ def _simulate_pd(spec: Any, shared_dir: Optional[Path], keep: Optional[bool],
         raise typer.Exit(report.worst_exit)
 
 
-@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
-             rich_help_panel=OFFLINE, options_metavar="[OPTIONS] [-- CMD [ARGS]...]")
+@app.command(cls=ServerCommand, rich_help_panel=OFFLINE,
+             options_metavar="[OPTIONS] [-- CMD [ARGS]...]")
 def manifest(
     ctx: typer.Context,
     kind: Annotated[str, typer.Option("--kind", metavar="mindie|mindie-pd|training",
@@ -160,17 +170,27 @@ def manifest(
                                       "docs/pd.md) or training")] = "mindie",
     name: Annotated[str, typer.Option("--name", help="Volcano Job name")] = "mindie",
     nodes: Annotated[Optional[int], typer.Option(
-        "--nodes", help="Pods (one per server) (2; not with --kind mindie-pd)",
+        "--nodes",
+        parser=integer("--nodes", "2"), metavar="INTEGER",
+        help="Pods (one per server) (2; not with --kind mindie-pd)",
         show_default=False)] = None,
     prefill: Annotated[Optional[int], typer.Option(
-        "--prefill", help="mindie-pd: prefill instances (1)", show_default=False)] = None,
+        "--prefill",
+        parser=integer("--prefill", "1"), metavar="INTEGER",
+        help="mindie-pd: prefill instances (1)", show_default=False)] = None,
     decode: Annotated[Optional[int], typer.Option(
-        "--decode", help="mindie-pd: decode instances (1)", show_default=False)] = None,
+        "--decode",
+        parser=integer("--decode", "1"), metavar="INTEGER",
+        help="mindie-pd: decode instances (1)", show_default=False)] = None,
     prefill_pods: Annotated[Optional[int], typer.Option(
-        "--prefill-pods", help="mindie-pd: pods per prefill instance (2)",
+        "--prefill-pods",
+        parser=integer("--prefill-pods", "2"), metavar="INTEGER",
+        help="mindie-pd: pods per prefill instance (2)",
         show_default=False)] = None,
     decode_pods: Annotated[Optional[int], typer.Option(
-        "--decode-pods", help="mindie-pd: pods per decode instance (1)",
+        "--decode-pods",
+        parser=integer("--decode-pods", "1"), metavar="INTEGER",
+        help="mindie-pd: pods per decode instance (1)",
         show_default=False)] = None,
     image: Annotated[str, typer.Option("--image", help="Container image with ascend-node")
                      ] = "mindie:latest",
@@ -178,7 +198,9 @@ def manifest(
     run_id: Annotated[Optional[str], typer.Option(
         "--run-id", help="Run id (default: the job name)", show_default=False)] = None,
     npus_per_node: Annotated[Optional[int], typer.Option(
-        "--npus-per-node", help="NPUs per pod, 1-16 (8; 16 with --a3)", show_default=False)
+        "--npus-per-node",
+        parser=integer("--npus-per-node", "8"), metavar="INTEGER",
+        help="NPUs per pod, 1-16 (8; 16 with --a3)", show_default=False)
     ] = None,
     a3: Annotated[bool, typer.Option(
         "--a3", help="Atlas 900 A3 SuperPoD: 16 NPUs per pod, super-pod node selector")
@@ -193,7 +215,9 @@ def manifest(
     queue: Annotated[str, typer.Option("--queue", help="Volcano queue of the Job")
                      ] = "default",
     timeout: Annotated[int, typer.Option(
-        "--timeout", help="Agent's peer timeout in seconds, 1-604800")] = 900,
+        "--timeout",
+        parser=integer("--timeout", "900"), metavar="INTEGER",
+        help="Agent's peer timeout in seconds, 1-604800")] = 900,
     npu_resource: Annotated[str, typer.Option(
         "--npu-resource", help="Extended resource name of the NPUs")] = "huawei.com/Ascend910",
     no_driver_mounts: Annotated[bool, typer.Option(
@@ -210,7 +234,9 @@ def manifest(
         "--tls-secret, or plain http (default: --no-https, for a cluster-internal Service)",
         show_default=False)] = None,
     load_timeout: Annotated[Optional[int], typer.Option(
-        "--load-timeout", help="Seconds MindIE may load its weights after exec before the "
+        "--load-timeout",
+        parser=integer("--load-timeout", "7200"), metavar="INTEGER",
+        help="Seconds MindIE may load its weights after exec before the "
         "startup probe gives up (7200)", show_default=False)] = None,
     tls_secret: Annotated[Optional[str], typer.Option(
         "--tls-secret", help="With --https: the Secret holding MindIE's 16 certificate files, "
@@ -225,13 +251,17 @@ def manifest(
         "--model-name", help="MindIE's modelName (default: the image's config.json)",
         show_default=False)] = None,
     run_as_user: Annotated[Optional[int], typer.Option(
-        "--run-as-user", help="Run the pods as this uid (and gid): securityContext, fsGroup "
+        "--run-as-user",
+        parser=integer("--run-as-user", "1001"), metavar="INTEGER",
+        help="Run the pods as this uid (and gid): securityContext, fsGroup "
         "and a state emptyDir (MindIE's images: 1001)", show_default=False)] = None,
     launcher: Annotated[Optional[str], typer.Option(
         "--launcher", help="Training: msrun (default) or torch; `boot` runs it",
         show_default=False)] = None,
     master_port: Annotated[Optional[int], typer.Option(
-        "--master-port", help="Training: the launcher's port (msrun 8118, torchrun 29500)",
+        "--master-port",
+        parser=integer("--master-port", "8118"), metavar="INTEGER",
+        help="Training: the launcher's port (msrun 8118, torchrun 29500)",
         show_default=False)] = None,
     msrun_log_dir: Annotated[Optional[str], typer.Option(
         "--msrun-log-dir", help="Training with msrun: its --log_dir", show_default=False)

@@ -28,6 +28,31 @@ def seconds(flag: str, zero_ok: bool = False, example: str = "60") -> Callable[[
     return parse
 
 
+def integer(flag: str, example: str, lo: Optional[int] = None, hi: Optional[int] = None
+            ) -> Callable[[Any], int]:
+    """A whole number written in digits (`-` allowed), within [lo, hi] when given. Not
+    `1e9`, `2.0` or `0x10`: click's own refusal ("'1e9' is not a valid int.") said
+    neither what the option takes nor a value that works. A range that depends on other
+    options (`manifest --nodes` per kind) is checked where the options meet."""
+    def parse(text: Any) -> int:
+        from ascend_node.errors import UsageError
+
+        raw = str(text).strip()
+        if not re.fullmatch(r"[+-]?[0-9]{1,20}", raw):
+            rule = (f"an integer from {lo} to {hi}" if lo is not None and hi is not None
+                    else "an integer, in digits")
+            raise UsageError(f"{flag} {str(text)!r} is not an integer",
+                             f"{flag} takes {rule}, e.g. {flag} {example}")
+        value = int(raw)
+        if (lo is not None and value < lo) or (hi is not None and value > hi):
+            span = (f"from {lo} to {hi}" if lo is not None and hi is not None else
+                    f"of at least {lo}" if lo is not None else f"of at most {hi}")
+            raise UsageError(f"{flag} {value} is out of range",
+                             f"{flag} takes an integer {span}, e.g. {flag} {example}")
+        return value
+    return parse
+
+
 _ATTEMPT = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,127}$")
 
 
@@ -78,7 +103,7 @@ AllowUneven = Annotated[bool, typer.Option(
 MasterPort = Annotated[Optional[int], typer.Option(
     "--master-port", help="Port for launchers (env ASCEND_NODE_MASTER_PORT, MASTER_PORT; "
     "msrun 8118, torch 29500)",
-    show_default=False)]
+    show_default=False, parser=integer("--master-port", "8118"), metavar="INTEGER")]
 TableVersion = Annotated[Optional[str], typer.Option(
     "--table-version", metavar="auto|1.0|1.2",
     help="auto | 1.0 | 1.2: rank-table format; auto = 1.2 when every node "

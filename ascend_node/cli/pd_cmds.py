@@ -13,6 +13,7 @@ import typer
 from ascend_node import logs
 from ascend_node.cli.app import (
     IN_THE_POD,
+    ServerCommand,
     app,
     debug_on,
     exit_codes,
@@ -99,8 +100,7 @@ def pd_table(
 
 
 @app.command("pd-boot", rich_help_panel=IN_THE_POD,
-             options_metavar="[OPTIONS] -- CMD [ARGS]...",
-             context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+             options_metavar="[OPTIONS] -- CMD [ARGS]...", cls=ServerCommand)
 def pd_boot(
     ctx: typer.Context,
     config: Annotated[Optional[Path], typer.Option(

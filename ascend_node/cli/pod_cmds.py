@@ -14,6 +14,7 @@ from ascend_node import logs
 from ascend_node.cli.app import (
     IN_THE_POD,
     STARTED,
+    ServerCommand,
     app,
     debug_on,
     emit,
@@ -66,12 +67,13 @@ def _status_writer(settings_box: dict[str, Any], command: str
 def _placed(settings: Any, verbose: bool) -> Any:
     """The outputs' paths checked (and defaults moved) before the rendezvous."""
     from ascend_node.handoff.placement import FALLBACK_NAMES, place_outputs
+    from ascend_node.settings import shown_setting
 
     placed = place_outputs(settings, os.environ)
     if verbose:
         for name in ("state_dir", *FALLBACK_NAMES):
             if placed.sources.get(name, "").startswith("fallback"):
-                print(f"ascend-node: setting {name} = {getattr(placed, name)!r}  "
+                print(f"ascend-node: setting {name} = {shown_setting(getattr(placed, name))}  "
                       f"[{placed.sources[name]}]", file=sys.stderr)
     return placed
 
@@ -177,8 +179,8 @@ def ranktable(
             out(result.env["RANK_TABLE_FILE"])
 
 
-@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
-             rich_help_panel=IN_THE_POD, options_metavar="[OPTIONS] [-- CMD [ARGS]...]")
+@app.command(cls=ServerCommand, rich_help_panel=IN_THE_POD,
+             options_metavar="[OPTIONS] [-- CMD [ARGS]...]")
 def boot(
     ctx: typer.Context,
     shared_dir: SharedDir = None, run_id: RunId = None, timeout: Timeout = None,
@@ -260,8 +262,15 @@ def env_cmd(
             out(render_env_script(env), end="")
 
 
+def _given(ctx: typer.Context, name: str) -> bool:
+    """Whether the option was typed (not its default): an option that qualifies another
+    means nothing alone and is refused, as `--live` without `--serving` is."""
+    return getattr(ctx.get_parameter_source(name), "name", "") == "COMMANDLINE"
+
+
 @app.command(rich_help_panel=IN_THE_POD)
 def status(
+    ctx: typer.Context,
     wait: Annotated[bool, typer.Option("--wait", help="Block until done or failed")] = False,
     wait_timeout: Annotated[float, typer.Option(
         "--wait-timeout", help="Seconds --wait may block", metavar="SECONDS",
@@ -285,6 +294,11 @@ def status(
 
         if live and not serving:
             raise UsageError("--live asks MindIE's liveness endpoint", "use it with --serving")
+        if not wait and _given(ctx, "wait_timeout"):
+            raise UsageError("--wait-timeout bounds --wait", "use it with --wait")
+        if not serving and _given(ctx, "serving_timeout"):
+            raise UsageError("--serving-timeout bounds --serving's question to MindIE",
+                             "use it with --serving")
         if serving and wait:
             raise UsageError("--wait and --serving are two probes", "use one of them")
         if not 0 < serving_timeout <= 300:

@@ -12,7 +12,6 @@ controller's owner.
 
 from __future__ import annotations
 
-import json
 import os
 import stat
 from collections.abc import Mapping
@@ -23,7 +22,7 @@ from ascend_node.atomic import atomic_write_bytes
 from ascend_node.errors import ConfigError
 from ascend_node.pd.global_table import render_global_table
 from ascend_node.pd.motor_rules import InstanceFlags, check_global_table, check_table_path
-from ascend_node.ranktable import Problem
+from ascend_node.ranktable import Problem, parse_table_json
 
 MAX_FILE_SIZE = 101 * 1024 * 1024  # Util.cpp 27, 143
 MODE = 0o640
@@ -49,11 +48,21 @@ def validate_global_file(path: Path, flags: Optional[InstanceFlags] = None,
     if not readable:
         return problems
     try:
-        doc = json.loads(Path(path).read_bytes().decode("utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raw = Path(path).read_bytes()
+    except OSError as exc:
         problems.append(Problem("$", f"not JSON the controller can parse: {exc}"))
         return problems
-    return problems + check_global_table(doc, flags)
+    return problems + validate_global_text(raw, flags)
+
+
+def validate_global_text(raw: bytes, flags: Optional[InstanceFlags] = None) -> list[Problem]:
+    """The controller's table rules on a global table's bytes (`validate --global -`
+    reads them from stdin): JSON naming each key once (`ranktable.parse_table_json`),
+    then `check_global_table`."""
+    doc, problems = parse_table_json(raw)
+    if problems:
+        return problems
+    return check_global_table(doc, flags)
 
 
 def file_rule_problems(path: Path, check_owner_uid: Optional[int] = None

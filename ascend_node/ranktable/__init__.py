@@ -16,7 +16,13 @@ Import from here: the package is the public interface, the module split is not.
 from __future__ import annotations
 
 from ascend_node.ranktable.build import DeviceEntry, ServerEntry, build_rank_table
-from ascend_node.ranktable.filecheck import MAX_FILE_SIZE, MAX_PATH_LENGTH, validate_file
+from ascend_node.ranktable.filecheck import (
+    MAX_FILE_SIZE,
+    MAX_PATH_LENGTH,
+    parse_table_json,
+    validate_file,
+    validate_text,
+)
 from ascend_node.ranktable.limits import (
     HCCL_MAX_SERVER_ID,
     MINDIE_DEVICES_PER_SERVER,
@@ -65,8 +71,10 @@ __all__ = [
     "choose_table_version",
     "local_server",
     "master_ip",
+    "parse_table_json",
     "render_rank_table",
     "validate_file",
     "validate_rank_table",
+    "validate_text",
     "world_size",
 ]

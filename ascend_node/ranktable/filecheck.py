@@ -101,19 +101,71 @@ def validate_file(
     except OSError as exc:
         add(f"{text_path} cannot be read: {exc.strerror or exc}")
         return problems
+    return problems + validate_text(raw, target)
+
+
+def validate_text(raw: bytes, target: Target = "mindie") -> list[Problem]:
+    """The table rules of ``target`` on a table's bytes (`validate -` reads them from
+    stdin, where no file rule applies): UTF-8 JSON whose every object names each key
+    once, then `validate_rank_table`. Never raises for bad bytes."""
+    if not raw:
+        return [Problem("$", "no table: the text is empty")]
+    doc, problems = parse_table_json(raw)
+    if problems:
+        return problems
+    return validate_rank_table(doc, target)
+
+
+def parse_table_json(raw: bytes) -> tuple[Any, list[Problem]]:
+    """The document, or the problems (at "$", or at each repeated key's JSON path) that
+    leave it without one meaning.
+
+    A key repeated in one object (`{"server_count": "2", "server_count": "3"}`) is
+    refused: which value counts is up to each reader (RFC 8259 section 4: "many
+    implementations report the last name/value pair only. Other implementations report
+    an error or fail to parse the object"), MindIE reads the table with its C++ config
+    manager and again with atb_llm's Python, and Python's `json` silently keeps the last.
+    A table that means one thing to `validate` and maybe another to MindIE is no table."""
     try:
-        doc = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
+        doc = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant,
+                         object_pairs_hook=_KeyedObject)
+        repeated = _repeated_keys(doc, "$")
     except UnicodeDecodeError as exc:
-        problems.append(Problem("$", f"not UTF-8 text: byte {exc.start} is {raw[exc.start]:#04x}"))
-        return problems
+        return None, [Problem("$", f"not UTF-8 text: byte {exc.start} is "
+                                   f"{raw[exc.start]:#04x}")]
     except ValueError as exc:  # json.JSONDecodeError and _reject_constant
-        problems.append(Problem("$", f"not valid JSON: {exc}"))
-        return problems
+        return None, [Problem("$", f"not valid JSON: {exc}")]
     except RecursionError:
-        problems.append(Problem("$", "not valid JSON: nested too deeply"))
-        return problems
-    problems.extend(validate_rank_table(doc, target))
-    return problems
+        return None, [Problem("$", "not valid JSON: nested too deeply")]
+    return doc, repeated
+
+
+class _KeyedObject(dict):  # type: ignore[type-arg]
+    """A JSON object as `json` builds it (the last value of a key), remembering the keys
+    its text named more than once and how often."""
+
+    def __init__(self, pairs: list[tuple[str, Any]]) -> None:
+        super().__init__(pairs)
+        counts: dict[str, int] = {}
+        for key, _ in pairs:
+            counts[key] = counts.get(key, 0) + 1
+        self.repeated = {key: n for key, n in counts.items() if n > 1}
+
+
+def _repeated_keys(value: Any, path: str) -> list[Problem]:
+    found: list[Problem] = []
+    if isinstance(value, _KeyedObject):
+        for key, times in value.repeated.items():
+            found.append(Problem(
+                f"{path}.{key}", f"key {key!r} appears {times} times in one object: which "
+                "value counts depends on the reader (MindIE's C++ and Python readers "
+                "need not agree); keep one"))
+        for key, item in value.items():
+            found.extend(_repeated_keys(item, f"{path}.{key}"))
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            found.extend(_repeated_keys(item, f"{path}[{i}]"))
+    return found
 
 
 def _reject_constant(name: str) -> Any:

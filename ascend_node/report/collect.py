@@ -132,9 +132,10 @@ def collect(shared_dir: Path, run_id: str, attempt: Optional[str] = None) -> Col
         entries = sorted(os.scandir(directory), key=lambda e: e.name)
     except FileNotFoundError:
         known = available_attempts(paths)
+        which = (f"attempt {chosen!r}" if chosen else
+                 "no attempt opened (and no node left a summary outside one)")
         raise ConfigError(
-            f"no node summaries for run {run_id!r}, attempt {attempt_dir_name(chosen)!r} "
-            f"in {directory.parent}",
+            f"no node summaries for run {run_id!r}, {which} in {directory.parent}",
             (f"attempts with summaries: {', '.join(known)} (--attempt)" if known else
              "check --shared-dir and --run-id; nodes leave summaries when their "
              "rendezvous ends"),

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from html import escape
 
-from ascend_node.report.text import label_key, nice_step, tick_label
+from ascend_node.report.text import attempt_words, label_key, nice_step, tick_label
 from ascend_node.report.timeline import STYLE, STYLES, Timeline, fmt_s
 
 WIDTH = 1000  # page width in CSS pixels
@@ -72,7 +72,7 @@ def layout(tl: Timeline, width: int = WIDTH) -> Layout:
 
 def render_html(tl: Timeline, width: int = WIDTH) -> str:
     lay = layout(tl, width)
-    title = f"ascend-node report: run {tl.run_id}, attempt {tl.attempt_id or 'none'}"
+    title = f"ascend-node report: run {tl.run_id}, {attempt_words(tl.attempt_id)}"
     svg = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{lay.width}" '
            f'height="{lay.height}" viewBox="0 0 {lay.width} {lay.height}" '
            f'font-family="DejaVu Sans, sans-serif" font-size="12">',

@@ -103,9 +103,15 @@ def label_key(tl: Timeline) -> str:
     return LABEL_KEY + grouped
 
 
+def attempt_words(attempt_id: Optional[str]) -> str:
+    """`attempt 1767225600-abcd1234`, or what the nodes filed under `none` are: ones that
+    met no attempt (never "attempt 'none'", which reads as an attempt of that name)."""
+    return f"attempt {attempt_id}" if attempt_id else "no attempt (nodes that met none)"
+
+
 def _headline(tl: Timeline) -> str:
     arrived = tl.node_count - len(tl.missing)
     group = f"; {tl.grouped} nodes a row, drawn as the slowest" if tl.grouped > 1 else ""
-    return (f"run {tl.run_id}, attempt {tl.attempt_id or 'none'}: {arrived} of "
+    return (f"run {tl.run_id}, {attempt_words(tl.attempt_id)}: {arrived} of "
             f"{tl.node_count} nodes left a trace, {fmt_s(tl.span)} from the first start"
             f"{group} (volume clock)")

@@ -210,8 +210,9 @@ def build_timeline(got: Collected) -> Timeline:
                            outcome, (index,)))
     rows, per_row = group_rows(singles, MAX_ROWS)
     missing = tuple(name_of(i) or f"node {i}" for i in missing_ids)
+    # A table means every node published its slot: one without a summary still came.
     words = explain(got.summaries, published, t0, got.decided, singles, got.opened,
-                    got.decision)
+                    got.decision, missing if got.decision != "table" else ())
     return Timeline(got.run_id, got.attempt_id, got.node_count, t0, span, tuple(rows),
                     per_row, tuple(words), missing, tuple(i.line() for i in got.ignored),
                     got.decided - t0 if got.decided else None, got.decision,
@@ -291,27 +292,31 @@ _BEFORE_PUBLISH = ("container", "startup", "discovery", "mindcluster", "rendezvo
 
 
 def decision_line(decision: Optional[str], decided: Optional[float], t0: float,
-                  last_published: Optional[float]) -> str:
+                  last_published: Optional[float], all_arrived: bool = True) -> str:
     """`table: written 0.15 s after the last arrival, at 7.51 s`, `abort: ...` (no table),
-    or `nothing decided: ...`: the words say what outcome.json holds."""
+    or `nothing decided: ...`: the words say what outcome.json holds. While a node never
+    arrived, the last that published is not "the last arrival"."""
     if decided is None:
         return "nothing decided: no table and no abort on the volume for this attempt"
     word = decision or "decision"
     what = " (no table)" if decision == "abort" else ""
     if last_published is None:
         return f"{word}: written at {fmt_s(decided - t0)}{what}"
+    last = "the last arrival" if all_arrived else "the last node that arrived"
     if decided >= last_published:
-        return (f"{word}: written {fmt_s(decided - last_published)} after the last arrival, "
+        return (f"{word}: written {fmt_s(decided - last_published)} after {last}, "
                 f"at {fmt_s(decided - t0)}{what}")
-    return (f"{word}: written at {fmt_s(decided - t0)}, before the last arrival published "
+    return (f"{word}: written at {fmt_s(decided - t0)}, before {last} published "
             f"(at {fmt_s(last_published - t0)}){what}")
 
 
 def explain(summaries: tuple[NodeSummary, ...], published: dict[int, float], t0: float,
             decided: Optional[float], rows: list[Row], opened: Optional[float] = None,
-            decision: Optional[str] = None) -> list[str]:
+            decision: Optional[str] = None, missing: tuple[str, ...] = ()) -> list[str]:
     """The decision, the last arrival and why, the slowest hand-over, the critical path,
-    then every failure but the first, grouped (`cause_lines` leads with the first)."""
+    then every failure but the first, grouped (`cause_lines` leads with the first).
+    `missing`: the nodes that never arrived; then none of those that did is "the last
+    arrival", and the path the job waited on ran through a node that never came."""
     words: list[str] = []
     by_index = {s.global_index: s for s in summaries}
 
@@ -328,9 +333,15 @@ def explain(summaries: tuple[NodeSummary, ...], published: dict[int, float], t0:
         if last != ref:
             head = (f"last arrival: {name(last)} published {fmt_s(lead)} after "
                     f"{name(ref)}")
+        if missing:
+            never = ", ".join(missing)
+            head = (f"last arrival: none: {never} never arrived; of those that did, "
+                    f"{name(last)} published last, "
+                    + (f"{fmt_s(lead)} after {name(ref)}" if last != ref else
+                       f"{fmt_s(published[last] - t0)} after the first start"))
         reason = why_late(by_index.get(last), summaries, t0, opened, by_index.get(0))
         words.append(head + (f": {reason}" if reason else ""))
-        words.append(decision_line(decision, decided, t0, published[last]))
+        words.append(decision_line(decision, decided, t0, published[last], not missing))
     elif decided is not None:
         words.append(decision_line(decision, decided, t0, None))
     handed = [r for r in rows if r.outcome == "exec" and r.end is not None]
@@ -347,6 +358,9 @@ def explain(summaries: tuple[NodeSummary, ...], published: dict[int, float], t0:
         words.append(f"last hand-over: {name(slow.index)} exec at {fmt_s(slow.end or 0.0)}"
                      f"{after}")
     path = critical_path(rows, published, t0, decided, name, decision)
+    if missing:
+        path = (f"critical path: through {', '.join(missing)}, which never arrived "
+                "(nothing after the rendezvous could start without it)")
     if path:
         words.append(path)
     rest = _failed(summaries)[1:]

@@ -1,9 +1,11 @@
 """Fake MindIE-Motor coordinator and controller: real processes, as the real ones behave.
 
 `simulate --pd`, the PD service tests and the container bed run these where a real service
-runs `ms_coordinator` and `ms_controller` (MindIE-Motor's binaries, which need a MindIE
-image). What they do is what a test can observe of the real ones (facts with file:line in
-docs/pd.md and the facts file it cites; MindIE-Motor @5dfb024e, mindie_motor/src/):
+runs `mindie_motor_coordinator` and `mindie_motor_controller` (MindIE-Motor's commands, which
+need a MindIE image; the controller's is a Python shim that execs its `bin/ms_controller`,
+python/mindie_motor/controller/controller_run.py). What they do is what a test can observe
+of the real ones (facts with file:line in docs/pd.md and the facts file it cites;
+MindIE-Motor @5dfb024e, mindie_motor/src/):
 
 coordinator — `fake_motor coordinator [PREDICT_IP [MANAGE_IP]]`: reads its
 `ms_coordinator.json` (`MINDIE_MS_COORDINATOR_CONFIG_FILE_PATH`) for `http_config`'s ports;
@@ -508,12 +510,16 @@ FAKE_SCRIPT = """#!/bin/sh
 # Fake MindIE-Motor {role} (ascend-node simulation): ascend_node/sim/fake_motor.py
 exec "${{ASCEND_NODE_SIM_PYTHON:-python3}}" -m ascend_node.sim.fake_motor {role} "$@"
 """
-SCRIPT_NAMES = {"coordinator": "ms_coordinator", "controller": "ms_controller"}
+SCRIPT_NAMES = {"coordinator": "mindie_motor_coordinator",
+                "controller": "mindie_motor_controller"}
+"""The commands a PD service's pods exec, as `manifest --kind mindie-pd` renders them
+(`manifest_pd.COORDINATOR_DAEMON`, `CONTROLLER_DAEMON`): the fakes answer to the same names,
+so a simulation runs what a rendered pod runs (tests/test_fake_motor.py holds them equal)."""
 
 
 def install_motor_fakes(bin_dir: Path) -> dict[str, Path]:
-    """`ms_coordinator` and `ms_controller` scripts in `bin_dir`, by role; each execs this
-    module (same pid) under ASCEND_NODE_SIM_PYTHON, else python3."""
+    """`mindie_motor_coordinator` and `mindie_motor_controller` scripts in `bin_dir`, by
+    role; each execs this module (same pid) under ASCEND_NODE_SIM_PYTHON, else python3."""
     bin_dir.mkdir(parents=True, exist_ok=True)
     out = {}
     for role, name in SCRIPT_NAMES.items():

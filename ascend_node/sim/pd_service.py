@@ -3,10 +3,10 @@
 The same processes a PD Job's pods run (docs/pd.md), each with the environment its pod
 would have:
 
-- the coordinator's pod: `ascend-node pd-boot -- ms_coordinator` (announces its pod IP for
+- the coordinator's pod: `ascend-node pd-boot -- mindie_motor_coordinator` (announces its pod IP for
   group "0", execs the fake coordinator, which listens on that IP: sim/fake_motor.py);
 - the controller's pod: `ascend-node pd-table --watch` (the sidecar that writes the global
-  table) and `ascend-node pd-boot -- ms_controller` (waits for the table, checks the
+  table) and `ascend-node pd-boot -- mindie_motor_controller` (waits for the table, checks the
   controller's configuration against it, execs the fake controller pointed at the live
   file, which re-reads it, accepts or refuses it as the real loader would and tells the
   coordinator);

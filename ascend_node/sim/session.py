@@ -13,7 +13,8 @@ from __future__ import annotations
 import shutil
 import sys
 import tempfile
-from collections.abc import Sequence
+import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Callable, Optional, TypeVar
 
@@ -58,28 +59,67 @@ def node0_view(spec: SimSpec, shared: Path) -> str:
 
 
 def progress_line(spec: SimSpec, elapsed: float, ended: Sequence[NodeResult],
-                  waiting: Sequence[int], node0_says: str = "") -> str:
-    """`simulate: 8 s: 1/3 nodes ended (node 1 exit 1); waiting for nodes 0, 2 (they give
-    up 60 s after they start, --timeout); node 0: 2/4 present, waiting for ...`"""
+                  waiting: Sequence[int], node0_says: str = "",
+                  gives_up: str = "") -> str:
+    """`simulate: 8 s: 1/3 nodes ended (node 1 exit 1); waiting for nodes 0, 2 (--timeout
+    60 s from each agent's start: the last gives up in 52 s); node 0: 2/4 present, waiting
+    for ...` (`gives_up`: `gives_up_note`'s words, else the rule alone)."""
     started = spec.nodes - len(spec.absent)
     codes = ", ".join(f"node {r.index} exit {r.exit_code}" for r in ended if r.exit_code)
     text = (f"simulate: {elapsed:.0f} s: {len(ended)}/{started} nodes ended"
             + (f" ({codes})" if codes else ""))
     if waiting:
-        text += (f"; waiting for {names(waiting)} (they give up {spec.timeout:g} s after "
-                 "they start, --timeout)")
+        text += (f"; waiting for {names(waiting)} (--timeout {spec.timeout:g} s from each "
+                 f"agent's start{': ' + gives_up if gives_up else ''})")
     if node0_says:
         text += f"; node 0: {node0_says}"
     return text
 
 
+def gives_up_note(timeout: float, agent_starts: Mapping[int, float], waiting: Sequence[int],
+                  now: float) -> str:
+    """When the waiting nodes give up: `the last gives up in 52 s`, `node 3 still starting`.
+
+    A node's --timeout counts from its agent's start (`cli.app.STARTED`, after Python and
+    the agent's imports: the `startup` phase), not from the process's: on a loaded machine,
+    or on the first run after an install (every node compiles the package), that start-up
+    alone takes seconds, so "N s after they start" was false by as much (issue 36: 3 s,
+    and nodes ran 11.8 s). `agent_starts`: wall-clock starts of the agents known so far."""
+    known = [agent_starts[i] + timeout for i in waiting if i in agent_starts]
+    starting = [i for i in waiting if i not in agent_starts]
+    words = []
+    if known:
+        left = max(known) - now
+        words.append(f"the last gives up in {left:.0f} s" if left >= 0.5 else
+                     "past it, ending")
+    if starting:
+        words.append(f"{names(starting)} still starting")
+    return "; ".join(words)
+
+
+def agent_start(state_dir: Path) -> Optional[float]:
+    """The wall-clock start of the newest agent run in `state_dir` (its `events.jsonl`:
+    the `startup` phase begins at the agent's clock), or None before it wrote one."""
+    from ascend_node import events
+
+    run = events.last_run(events.read_events(state_dir))
+    startups = [e["start"] for e in run if e.get("phase") == "startup"]
+    first = startups[0] if startups else (run[0]["start"] if run else None)
+    return float(first) if isinstance(first, (int, float)) else None
+
+
 class Progress:
-    """The `on_tick` of `launch`: a line at PROGRESS_FIRST s, then every PROGRESS_EVERY s."""
+    """The `on_tick` of `launch`: a line at PROGRESS_FIRST s, then every PROGRESS_EVERY s.
+    With the workspace, it reads each waiting node's agent start (`agent_start`) once, to
+    say when they give up."""
 
     def __init__(self, spec: SimSpec, shared: Path, say: Say,
-                 first: float = PROGRESS_FIRST, every: float = PROGRESS_EVERY) -> None:
+                 first: float = PROGRESS_FIRST, every: float = PROGRESS_EVERY,
+                 work: Optional[Path] = None) -> None:
         self.spec, self.shared, self.say, self.every = spec, shared, say, every
         self.next = first
+        self.work = work
+        self.starts: dict[int, float] = {}
 
     def __call__(self, elapsed: float, ended: Sequence[NodeResult],
                  waiting: Sequence[int]) -> None:
@@ -92,7 +132,15 @@ class Progress:
                 node0 = node0_view(self.spec, self.shared)
             except Exception:  # a progress line never stops the run
                 node0 = ""
-        self.say(progress_line(self.spec, elapsed, ended, waiting, node0))
+        gives_up = ""
+        if self.work is not None:
+            for i in waiting:
+                if i not in self.starts:
+                    found = agent_start(self.work / f"node-{i}" / "state")
+                    if found is not None:
+                        self.starts[i] = found
+            gives_up = gives_up_note(self.spec.timeout, self.starts, waiting, time.time())
+        self.say(progress_line(self.spec, elapsed, ended, waiting, node0, gives_up))
 
 
 def _shared(shared_dir: Optional[Path]) -> Optional[Path]:
@@ -140,7 +188,7 @@ def simulate(spec: SimSpec, shared_dir: Optional[Path] = None, keep: Optional[bo
     bad = "".join(f", bad device {b.text}" for b in spec.bad_devices)
     say(f"simulate: starting {spec.nodes} node{'s' if spec.nodes != 1 else ''} x "
         f"{spec.devices} NPUs{absent}{bad} in {work}")
-    progress = Progress(spec, shared or work / "shared", say)
+    progress = Progress(spec, shared or work / "shared", say, work=work)
     report = in_workspace(work, keep, "node",
                           lambda: run_cluster(spec, shared, work, on_tick=progress))
     report.workspace_kept = keep if keep is not None else not report.ok
@@ -151,5 +199,5 @@ def simulate(spec: SimSpec, shared_dir: Optional[Path] = None, keep: Optional[bo
     return report
 
 
-__all__ = ["PROGRESS_EVERY", "PROGRESS_FIRST", "Progress", "in_workspace", "node0_view",
-           "progress_line", "simulate"]
+__all__ = ["PROGRESS_EVERY", "PROGRESS_FIRST", "Progress", "agent_start", "gives_up_note",
+           "in_workspace", "node0_view", "progress_line", "simulate"]

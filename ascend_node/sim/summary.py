@@ -9,6 +9,7 @@ exit 5 print it once), with the path of each node's log while the workspace exis
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any, Optional
 
 from ascend_node.report.failures import FailureGroup, group_failures, who
@@ -54,8 +55,10 @@ def _shared_dir_exists(report: SimReport) -> bool:
         report.shared_dir != report.workspace
 
 
-def table_line(report: SimReport) -> Optional[str]:
-    """`rank table v1.2 (A3, 2 super pods): <path> ...`; None without a table."""
+def table_line(report: SimReport, table_out: Optional[Path] = None) -> Optional[str]:
+    """`rank table v1.2 (A3, 2 super pods): <path> ...`; None without a table. Where it
+    is: the shared volume's copy while it exists, the `--table-out` file when one was
+    written (never the advice to pass `--table-out` to someone who did)."""
     if not report.table_text:
         return None
     what = f"rank table v{report.table_version or '?'}"
@@ -66,6 +69,8 @@ def table_line(report: SimReport) -> Optional[str]:
             pods = 0
         what += f" (A3, {pods} super pod{'s' if pods != 1 else ''})"
     where = "--json prints it, --table-out FILE copies it"
+    if table_out is not None:
+        where = f"copied to {table_out}; --json prints it"
     if _shared_dir_exists(report):
         path = report.shared_dir / f"ranktable-{report.spec.run_id}.json"
         return f"{what}: {path} ({where})"
@@ -81,7 +86,8 @@ def workspace_line(report: SimReport, keep: Optional[bool]) -> Optional[str]:
             "node-N/state: its state dir)")
 
 
-def format_report(report: SimReport, keep: Optional[bool] = True) -> str:
+def format_report(report: SimReport, keep: Optional[bool] = True,
+                  table_out: Optional[Path] = None) -> str:
     """One line per server (where it sits in the table, its exit, where its time went),
     each failure with its cause, hint and log, the verdict, then where the table and the
     workspace are."""
@@ -115,7 +121,7 @@ def format_report(report: SimReport, keep: Optional[bool] = True) -> str:
     for warned in warning_groups(report):
         lines.append(f"warning: {who(warned.nodes)}: {warned.cause}")
     lines.append(verdict_line(report))
-    for extra in (table_line(report), workspace_line(report, keep)):
+    for extra in (table_line(report, table_out), workspace_line(report, keep)):
         if extra:
             lines.append(extra)
     return "\n".join(lines)
