@@ -371,8 +371,8 @@ def failures_told_to_peers(settings: Settings, environ: Mapping[str, str], start
     `handoff.placement`), a bad `boot` option, an unreadable rendezvous key file. Without
     it the failed pod exits 1 at once while its peers wait for it until their
     `--timeout` (exit 4, "missing: worker 0"): now node 0 aborts the attempt and every
-    peer exits 5 naming this pod and its cause (docs/rendezvous.md, "Local failures").
-    The error is raised on unchanged."""
+    peer exits 5 naming this pod and its cause (docs/rendezvous.md, "A pod that fails
+    before its discovery"). The error is raised on unchanged."""
     try:
         yield
     except AscendNodeError as exc:

@@ -81,8 +81,9 @@ def choose_attempt(
         # run id is a new Volcano Job, whose version counts from 0 again, so an older
         # attempt's higher version does not make this pod a leftover.
         return Open(
-            f"attempt {attempt.attempt_id} was for {attempt.node_count} nodes "
-            f"({attempt.master_count} masters); this job has {node_count} ({master_count})"
+            f"attempt {attempt.attempt_id} was for "
+            f"{job_size(attempt.node_count, attempt.master_count)}; this job has "
+            f"{job_size(node_count, master_count)}"
         )
     if job_version is not None and attempt.job_version != job_version:
         if attempt.job_version is not None and attempt.job_version > job_version:
