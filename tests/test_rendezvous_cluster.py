@@ -521,28 +521,30 @@ def test_a_job_re_deployed_with_another_node_count_builds_a_new_table(tmp_path, 
 # ------------------------------------------------------------------ failures before discovery
 
 
-@pytest.mark.parametrize(("failing", "argv", "env", "cause"), [
-    (1, ["--master-file", "/nonexistent-dir/m"], {},
+@pytest.mark.parametrize(("failing", "argv", "env", "code", "cause"), [
+    (1, ["ranktable", "--master-file", "/nonexistent-dir/m"], {}, 1,
      "cannot write /nonexistent-dir/m (flag --master-file): directory /nonexistent-dir does "
      "not exist"),
-    (0, [], {"ASCEND_NODE_WORLD_SIZE_FILE": "/nonexistent-dir/w"},
+    (0, ["ranktable"], {"ASCEND_NODE_WORLD_SIZE_FILE": "/nonexistent-dir/w"}, 1,
      "cannot write /nonexistent-dir/w (environment ASCEND_NODE_WORLD_SIZE_FILE): directory "
      "/nonexistent-dir does not exist"),
-    (2, [], {"ASCEND_NODE_RENDEZVOUS_KEY_FILE": "/nonexistent-dir/key"},
+    (2, ["ranktable"], {"ASCEND_NODE_RENDEZVOUS_KEY_FILE": "/nonexistent-dir/key"}, 1,
      "cannot open the rendezvous key file /nonexistent-dir/key"),
-], ids=["master-file-of-a-worker", "world-size-file-of-node-0", "key-file-of-a-worker"])
+    (1, ["boot", "--model-dir", "relative/dir", "--", "true"], {}, 2, "--model-dir"),
+], ids=["master-file-of-a-worker", "world-size-file-of-node-0", "key-file-of-a-worker",
+        "boot-option-of-a-worker"])
 def test_a_pod_failing_before_its_discovery_ends_its_peers_with_5_naming_it(
-        tmp_path, failing, argv, env, cause):
+        tmp_path, failing, argv, env, code, cause):
     """Issue 36: a pod whose output path cannot be written exits 1 before it discovers
     anything; its peers used to wait for it until their --timeout (4, "missing: worker
     0"). It publishes its failure as a pod failing in discovery does: the peers end with
     5 within seconds, naming it and its cause."""
     nodes = make_nodes(tmp_path, 3, devices=2, timeout=60)
-    nodes[failing].argv += argv
+    nodes[failing].argv = [*nodes[failing].argv[:3], *argv]  # python -m ascend_node ...
     nodes[failing].env.update(env)
     results = run(nodes)
     expected = [5, 5, 5]
-    expected[failing] = 1
+    expected[failing] = code
     assert codes(results) == expected, explain(results)
     assert cause in results[failing].cause, explain(results)
     name = names_of([failing], 1)
