@@ -218,7 +218,7 @@ class Follower(Participant):
                 and attempt.attempt_id not in abort_checked
             ):
                 abort_checked.add(attempt.attempt_id)
-                self._fail_if_aborted_after_start(attempt.attempt_id, action)
+                self._fail_if_aborted_after_start(attempt.attempt_id)
             if (
                 isinstance(action, decide.WaitAttempt)
                 and action.kind == "stale-table"
@@ -296,14 +296,16 @@ class Follower(Participant):
                 reads[index] = self._slot_state(attempt_id, index)
         return reads
 
-    def _fail_if_aborted_after_start(self, attempt_id: str, action: decide.WaitAttempt) -> None:
+    def _fail_if_aborted_after_start(self, attempt_id: str) -> None:
         """An abort this pod took no part in is history (a previous start of the job)
         unless it happened while this agent was already running: then it is this
         start's verdict, which the pod missed only because it arrived late (a slow
         discovery on an overloaded node), and waiting for a new attempt would last until
         the timeout. Both times are taken by the shared volume's clock: the outcome's
         mtime, and the mtime of a probe file this pod creates now, shifted back by how
-        long ago the agent started. (The job version, when known, decides in `decide` already.)
+        long ago the agent started. (The job version, when known, decides in `decide` already;
+        an abort of another job size is judged here too: such a node 0 that aborted while
+        this pod ran is this start's, whose pods disagree on their counts.)
         """
         outcome = self._read_outcome_valid(attempt_id)
         if outcome is None:
@@ -318,7 +320,8 @@ class Follower(Participant):
         aborted_ns = outcome.stamp[2]
         if aborted_ns > started_ns:
             raise ClusterInconsistent(
-                f"{action.reason} ({(aborted_ns - started_ns) / 1e9:.1f} s after this pod "
+                f"attempt {attempt_id} was aborted: {outcome.doc.reason} "
+                f"({(aborted_ns - started_ns) / 1e9:.1f} s after this pod "
                 "started, before it could join: this start of the job failed)",
                 restart_hint(self.paths),
             )
