@@ -10,11 +10,14 @@ from ascend_node.sim.cluster import NodeResult, SimNode, SimSpec, launch, prepar
 
 
 def make_nodes(tmp: Path, nodes: int, devices: int = 4, masters: int = 1,
-               timeout: float = 20.0, run_id: str = "t", **extra_env: str) -> list[SimNode]:
+               timeout: float = 20.0, run_id: str = "t", shared: Optional[Path] = None,
+               **extra_env: str) -> list[SimNode]:
+    """N pods in `tmp/work`, meeting in `shared` (default `tmp/shared`): another job's
+    pods on the same volume get their own `tmp` and the first job's `shared`."""
     spec = SimSpec(nodes=nodes, devices=devices, masters=masters, run_id=run_id,
                    timeout=timeout,
                    extra_env={"ASCEND_NODE_PROGRESS_INTERVAL": "1", **extra_env})
-    shared = tmp / "shared"
+    shared = shared or tmp / "shared"
     shared.mkdir(parents=True, exist_ok=True)
     return prepare(spec, tmp / "work", shared)
 

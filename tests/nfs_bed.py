@@ -485,16 +485,18 @@ class Bed:
 
     # -- pods ------------------------------------------------------------------------
     def pods(self, n: int, devices: int = 2, run_id: str = "nfs", timeout: float = 60.0,
-             **extra_env: str) -> list[SimNode]:
+             job: Optional[str] = None, **extra_env: str) -> list[SimNode]:
         """N simulated pods (Volcano env, fake tools) whose shared dir is the NFS mount;
-        pod i runs on client i % clients. Edit `env`/`devices` before `run()`."""
+        pod i runs on client i % clients. Edit `env`/`devices` before `run()`. `job`
+        names the pods' own directories on the guests' tmpfs (default: the run id): a
+        second job under one run id gets new pods, as a re-deployed job does."""
         self.batches += 1
         prep = self.work / f"prep-{self.batches}"
         spec = SimSpec(nodes=n, devices=devices, run_id=run_id, timeout=timeout,
                        extra_env={"ASCEND_NODE_PROGRESS_INTERVAL": "2", **extra_env})
         nodes = prepare(spec, prep, Path(GUEST_SHARED))
         for node in nodes:
-            pod_dir = f"{GUEST_PODS}/{run_id}/node-{node.index}"
+            pod_dir = f"{GUEST_PODS}/{job or run_id}/node-{node.index}"
             node.state_dir = Path(pod_dir) / "state"
             node.env.update({
                 "ASCEND_NODE_STATE_DIR": str(node.state_dir),

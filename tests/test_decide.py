@@ -134,7 +134,7 @@ def test_mixed_ip_families_across_nodes_abort():
 
 # ------------------------------------------------------------------ follower_step
 
-ME2 = decide.Me(2, "uid-2", data(2).digest(), 1)
+ME2 = decide.Me(2, "uid-2", data(2).digest(), 1, 4)
 
 
 @pytest.mark.parametrize(
@@ -264,11 +264,11 @@ def test_choose_attempt_with_job_versions(attempt_version, mine, expect):
 def test_a_restarted_job_does_not_reuse_a_table_with_identical_data():
     """The case data digests cannot catch: same addresses, new start of the job."""
     att = attempt().model_copy(update={"job_version": 1})
-    me = decide.Me(2, "uid-2b", data(2).digest(), 1, job_version=2)
+    me = decide.Me(2, "uid-2b", data(2).digest(), 1, 4, job_version=2)
     got = decide.follower_step(att, table_outcome([member(i) for i in range(4)]), None, me, None)
     assert isinstance(got, decide.WaitAttempt) and got.kind == "stale-version"
     assert "job version 1" in got.reason and "version 2" in got.reason
-    same = decide.Me(2, "uid-2b", data(2).digest(), 1, job_version=1)
+    same = decide.Me(2, "uid-2b", data(2).digest(), 1, 4, job_version=1)
     assert isinstance(decide.follower_step(att, table_outcome([member(i) for i in range(4)]),
                                            None, same, None), decide.Done)
 
@@ -290,9 +290,93 @@ def test_evaluate_ignores_members_of_another_job_version():
 ])
 def test_a_late_pod_fails_on_an_abort_of_its_own_start(attempt_version, mine, expect):
     att = attempt().model_copy(update={"job_version": attempt_version})
-    me = decide.Me(2, "uid-2", data(2).digest(), 1, job_version=mine)
+    me = decide.Me(2, "uid-2", data(2).digest(), 1, 4, job_version=mine)
     got = decide.follower_step(att, abort_outcome("device IP clash", participants=("uid-0",)),
                                None, me, None)
     assert isinstance(got, expect), got
     if isinstance(got, decide.Fail):
         assert "version 7" in got.reason and "device IP clash" in got.reason
+
+
+# ------------------------------------------------------------------ a job of another size
+#
+# A job re-deployed with another node count under the same run id (`manifest` makes the
+# run id the job's name) finds its earlier start's attempt. Only node 0 opens attempts
+# (`choose_attempt` opens one when the size differs); a follower that took no part in a
+# closed attempt of another size waits for it, and never takes its verdict as its own: a
+# table of 2 nodes fails a 3-node pod's checks as if forged (issue 36).
+
+ME_OF_3 = decide.Me(2, "uid-2", data(2).digest(), 1, 3)
+TABLE_OF_2 = table_outcome([member(i, nodes=2) for i in range(2)])
+TABLE_OF_4 = table_outcome([member(i) for i in range(4)])
+
+
+@pytest.mark.parametrize(
+    ("case", "att", "outcome", "slot", "published_in", "me", "expect", "kind"),
+    [
+        ("2-node table, a 3-node worker 1 with the same data", attempt(nodes=2), TABLE_OF_2,
+         None, None, decide.Me(1, "uid-1b", data(1).digest(), 1, 3), decide.WaitAttempt,
+         "stale-count"),
+        ("2-node table, a 3-node worker 2 not in it", attempt(nodes=2), TABLE_OF_2, None,
+         None, ME_OF_3, decide.WaitAttempt, "stale-count"),
+        ("4-node table, a 3-node worker with the same data", attempt(), TABLE_OF_4, None,
+         None, ME_OF_3, decide.WaitAttempt, "stale-count"),
+        ("a table for other masters", attempt(masters=2), TABLE_OF_4, None, None, ME2,
+         decide.WaitAttempt, "stale-count"),
+        ("4-node abort it took no part in", attempt(), abort_outcome(participants=("old",)),
+         None, None, ME_OF_3, decide.WaitAttempt, "stale-count"),
+        ("4-node abort of the same job version (a re-deployed Job counts from 0 again)",
+         attempt().model_copy(update={"job_version": 0}), abort_outcome("device IP clash"),
+         None, None, decide.Me(2, "uid-2", data(2).digest(), 1, 3, job_version=0),
+         decide.WaitAttempt, "stale-count"),
+        ("4-node conflict mark", attempt(conflict="two node 0"), None, None, None, ME_OF_3,
+         decide.WaitAttempt, "stale-count"),
+        ("a newer job version and another size: the size decides", attempt().model_copy(
+            update={"job_version": 5}), TABLE_OF_4, None, None,
+         decide.Me(2, "uid-2", data(2).digest(), 1, 3, job_version=0), decide.WaitAttempt,
+         "stale-count"),
+        # An open attempt of another size may be this start's node 0 disagreeing on
+        # VC_WORKER_NUM: publish, so that node 0 aborts at once naming the difference.
+        ("open attempt of another size", attempt(), None, None, None, ME_OF_3,
+         decide.Publish, None),
+        ("published into it, waiting", attempt(), None, member(2, nodes=3), "a1", ME_OF_3,
+         decide.WaitTable, None),
+        ("its node 0 aborted on the difference: this pod took part", attempt(),
+         abort_outcome("sees 3 nodes but node 0 sees 4"), member(2, nodes=3), "a1", ME_OF_3,
+         decide.Fail, None),
+        ("the abort lists this pod (a restart in place)", attempt(),
+         abort_outcome(participants=("uid-2",)), None, None, ME_OF_3, decide.Fail, None),
+        # A table of this pod's size is judged as before: a forged or foreign one still
+        # reaches the acceptance checks (Done), never a wait.
+        ("the same size, a table holding me", attempt(nodes=3),
+         table_outcome([member(i, nodes=3) for i in range(3)]), None, None, ME_OF_3,
+         decide.Done, None),
+        ("the same size, a table of another size inside", attempt(nodes=3), TABLE_OF_4, None,
+         None, ME_OF_3, decide.Done, None),
+    ],
+)
+def test_a_follower_of_another_job_size(case, att, outcome, slot, published_in, me, expect,
+                                        kind):
+    got = decide.follower_step(att, outcome, slot, me, published_in)
+    assert isinstance(got, expect), (case, got)
+    if kind is not None:
+        assert got.kind == kind, (case, got)  # type: ignore[union-attr]
+
+
+def test_the_wait_for_another_size_says_why():
+    got = decide.follower_step(attempt(nodes=2), TABLE_OF_2, None, ME_OF_3, None)
+    assert isinstance(got, decide.WaitAttempt)
+    assert got.reason == ("attempt a1 completed for 2 nodes (1 master), this pod's job has "
+                          "3 nodes (1 master): an earlier start of the job, before its size "
+                          "changed; waiting for node 0 to open an attempt for this one")
+
+
+@pytest.mark.parametrize(("attempt_version", "mine"), [(5, 0), (0, 0), (None, 0), (3, None)])
+def test_node_0_of_another_size_opens_a_new_attempt_whatever_the_versions(attempt_version,
+                                                                           mine):
+    """A re-deployed Job of another size is a new Volcano Job: its version counts from 0,
+    so an older attempt's higher version does not make node 0 a leftover (exit 1)."""
+    att = attempt(nodes=2).model_copy(update={"job_version": attempt_version})
+    got = decide.choose_attempt(att, TABLE_OF_2, "uid-0b", ME0.digest(), 3, 1, (), mine)
+    assert isinstance(got, decide.Open), got
+    assert "was for 2 nodes" in got.reason

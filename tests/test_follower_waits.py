@@ -19,7 +19,7 @@ from ascend_node.errors import ClusterInconsistent, PeerTimeout
 from ascend_node.rendezvous.models import ProgressDoc
 from ascend_node.rendezvous.protocol import Rendezvous
 from ascend_node.rendezvous.store import RunPaths, write_doc
-from tests.rdzv_docs import RUN, abort_outcome, attempt, data, member
+from tests.rdzv_docs import RUN, abort_outcome, attempt, data, member, table_outcome
 
 NODES = 4
 
@@ -155,3 +155,69 @@ def test_a_large_jobs_follower_names_node0_when_its_attempt_directory_never_come
     assert err.value.exit_code == 4
     assert not (paths.root / "attempts").exists()
     assert any("not yet made its directory" in line for line in logged), logged
+
+
+# ------------------------------------------------------------------ another job size (issue 36)
+
+
+def test_a_table_of_another_size_is_waited_past_and_the_timeout_names_node0(tmp_path, logged):
+    """The job re-deployed with 4 nodes under the run id of a 3-node one: worker 1's data
+    is in the old table, which it must not take (nor call forged); it waits for node 0."""
+    paths = RunPaths(tmp_path, RUN)
+    write_doc(paths.attempt_file, attempt(nodes=3), tmp_path)
+    for i in range(3):
+        write_doc(paths.slot("a1", i), member(i, nodes=3, incarnation=f"old-{i}"), tmp_path)
+    write_doc(paths.outcome("a1"), table_outcome([member(i, nodes=3) for i in range(3)]),
+              tmp_path)
+    with pytest.raises(PeerTimeout) as err:  # 4, not 5
+        follower(tmp_path).run()
+    assert str(err.value) == (
+        "timed out after 30 s: attempt a1 is for 3 nodes (1 master), this pod's job has 4 "
+        "nodes (1 master) (an earlier start's), and master 0 (node 0) never opened an "
+        "attempt for this one; missing: master 0 (node 0)")
+    assert any(line.startswith("waiting: attempt a1 completed for 3 nodes (1 master), this "
+                               "pod's job has 4 nodes (1 master): an earlier start")
+               for line in logged), logged
+    assert '"incarnation":"old-2"' in paths.slot("a1", 2).read_text()  # nothing published
+
+
+def test_an_abort_of_another_size_from_before_this_pod_started_is_history(tmp_path):
+    paths = RunPaths(tmp_path, RUN)
+    write_doc(paths.attempt_file, attempt(nodes=3), tmp_path)
+    write_doc(paths.outcome("a1"), abort_outcome("device IP 10.0.0.1 is used twice",
+                                                 participants=("old-0", "old-1")), tmp_path)
+    hour_ago = time.time() - 3600
+    os.utime(paths.outcome("a1"), (hour_ago, hour_ago))
+    with pytest.raises(PeerTimeout) as err:  # a wait that ends in 4 naming node 0, not 5
+        follower(tmp_path, polls_until_timeout=3).run()
+    assert "missing: master 0 (node 0)" in str(err.value)
+
+
+def test_an_abort_of_another_size_written_after_this_pod_started_is_its_starts(tmp_path):
+    """Node 0 of this start sees another node count (the pods disagree on VC_WORKER_NUM)
+    and aborted while this pod was discovering: 5 at once, with the abort's reason."""
+    pod = Rendezvous(RunPaths(tmp_path, RUN), follower(tmp_path).identity, data(2),
+                     deadline=time.monotonic() + 30, timeout=30, sleep=lambda s: None)
+    time.sleep(0.05)
+    paths = RunPaths(tmp_path, RUN)
+    write_doc(paths.attempt_file, attempt(nodes=3), tmp_path)
+    write_doc(paths.outcome("a1"), abort_outcome("worker 0 (node 1) sees 4 nodes (1 masters) "
+                                                 "but node 0 sees 3 (1)",
+                                                 participants=("uid-0", "uid-1")), tmp_path)
+    with pytest.raises(ClusterInconsistent) as err:
+        pod.run()
+    assert str(err.value).startswith("attempt a1 was aborted: worker 0 (node 1) sees 4 nodes")
+    assert "after this pod started" in str(err.value)
+
+
+def test_an_open_attempt_of_another_size_is_joined_and_the_wait_says_both(tmp_path, logged):
+    """It may be this start's node 0 disagreeing on the counts (it then aborts naming the
+    difference), or an earlier start's that node 0 will replace: publish, and say so."""
+    paths = RunPaths(tmp_path, RUN)
+    write_doc(paths.attempt_file, attempt(nodes=3), tmp_path)
+    with pytest.raises(PeerTimeout) as err:
+        follower(tmp_path).run()
+    assert paths.slot("a1", 2).exists()
+    assert any("which master 0 (node 0) opened for 3 nodes (1 master) while this pod's job "
+               "has 4 nodes (1 master)" in line for line in logged), logged
+    assert "missing: master 0 (node 0)" in str(err.value)

@@ -199,6 +199,32 @@ def test_a_job_restart_never_reuses_the_old_table(bed: Bed) -> None:
                            f"{opened[1]}\n{explain(results)}")
 
 
+def test_a_job_re_deployed_with_another_node_count_waits_for_node_0s_new_attempt(
+        bed: Bed) -> None:
+    """Issue 36: the same run id, 2 nodes then 3 (the workers started 8 s before node 0,
+    on both clients): each worker reads the 2-node job's completed attempt through its
+    own client's caches, waits saying so, and joins the attempt node 0 opens for 3 —
+    where a worker holding the same data as in the 2-node table used to exit 5 calling
+    that table a forgery, and the others 4 naming it."""
+    first = bed.pods(2, devices=2, run_id="resize", timeout=60)
+    done = bed.run(first, hard_timeout=90)
+    assert [r.exit_code for r in done] == [0, 0], explain(done)
+    nodes = bed.pods(3, devices=2, run_id="resize", timeout=60, job="resize-3")
+    nodes[0].start_delay = 8.0
+    results = bed.run(nodes, hard_timeout=120)
+    assert [r.exit_code for r in results] == [0, 0, 0], explain(results)
+    assert {r.client for r in results[1:]} == {0, 1}
+    for r in results[1:]:
+        assert re.search(r"waiting: attempt \S+ completed for 2 nodes \(1 master\), this "
+                         r"pod's job has 3 nodes \(1 master\): an earlier start of the job",
+                         r.stderr), explain([r])
+    tables = _tables(results)
+    assert len(tables) == 1 and done[0].table not in tables, explain(results)
+    table = json.loads(next(iter(tables)) or "")
+    assert [s["container_ip"] for s in table["server_list"]] == [
+        n.env["K8S_POD_IP"] for n in nodes]
+
+
 def test_the_bed_leaves_nothing_running(tmp_path: Path) -> None:
     """Guests are killed by process group and the namespace deleted, even when the
     bed times out (here: a boot deadline no guest can meet)."""

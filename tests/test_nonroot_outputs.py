@@ -144,8 +144,10 @@ def test_non_root_defaults_fall_back_under_the_runtime_dir(open_dir: Path,
                                  "ASCEND_NODE_STATE_DIR"])
 def test_an_explicit_path_it_cannot_write_ends_it_before_the_rendezvous(
         open_dir: Path, nobody_python: Path, var: str) -> None:
-    """Two nodes, only this one started: it must not wait its 60 s for a peer, nor leave
-    anything in the rendezvous directory for one to find."""
+    """Two nodes, only node 0 started: it must not wait its 60 s for a peer, and leaves
+    in the rendezvous directory only its failure for the peer to hear (issue 36: peers
+    of a pod that failed before the rendezvous end with 5 naming it, not 4 at their
+    timeout): an attempt it aborted with its cause, no member slot a table could hold."""
     target = "/root-only/x" if var != "ASCEND_NODE_STATE_DIR" else "/run/root-only"
     node = nobody_node(open_dir, nobody_python, nodes=2, **{var: target})
     node.state_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -157,8 +159,15 @@ def test_an_explicit_path_it_cannot_write_ends_it_before_the_rendezvous(
     assert len(errors) == 1 and "cannot write" in errors[0] and target.split("/x")[0] in \
         errors[0], result.stderr
     assert var in errors[0] or var == "ASCEND_NODE_STATE_DIR"
-    left = [p for p in (open_dir / "shared").rglob("*") if p.is_file()]
-    assert left == [], left
+    run = open_dir / "shared" / ".ascend-node" / "nr"
+    attempt = json.loads((run / "attempt.json").read_text())
+    outcome = json.loads((run / "attempts" / attempt["attempt_id"] / "outcome.json")
+                         .read_text())
+    assert outcome["result"] == "abort" and outcome["failed_by"] == node.env["POD_UID"]
+    assert outcome["reason"] == "master 0 (node 0) failed: " + errors[0].split(": ", 2)[2]
+    left = {p.relative_to(run).as_posix() for p in run.rglob("*") if p.is_file()}
+    assert left == {"attempt.json", f"attempts/{attempt['attempt_id']}/outcome.json",
+                    f"timeline/{attempt['attempt_id']}/node-0.json"}, left
 
 
 def test_explicit_unwritable_master_file_is_a_config_error(tmp_path: Path) -> None:

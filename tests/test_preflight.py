@@ -136,7 +136,7 @@ def test_health_is_not_part_of_the_digest_so_a_restart_gets_its_table_back():
     off = with_health(1, None)
     assert before.data.digest() == after.data.digest() == off.data.digest()
     outcome = table_outcome([with_health(i, node()) for i in range(3)])
-    me = decide.Me(1, "uid-1", off.data.digest(), 1)
+    me = decide.Me(1, "uid-1", off.data.digest(), 1, 3)
     from tests.rdzv_docs import attempt
 
     action = decide.follower_step(attempt(nodes=3), outcome, after, me, None)

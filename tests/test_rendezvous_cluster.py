@@ -449,3 +449,106 @@ def test_job_version_keeps_a_restarted_job_off_the_old_table_even_with_same_data
     assert table["server_list"][2]["container_ip"] == "10.210.0.42"
     assert {table_of(r) for r in results} == {
         (tmp_path / "shared" / "ranktable-t.json").read_bytes()}
+
+
+# ------------------------------------------------------------------ another job size
+
+
+def _workers_first(nodes, line):
+    """Start every node but node 0 and wait until each has logged `line`, then start
+    node 0: the followers meet whatever the volume held before node 0 could replace it.
+    The results, in index order."""
+    logs = [node.state_dir.parent / "stderr.txt" for node in nodes[1:]]
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        workers = pool.submit(run, nodes[1:])
+        while True:
+            texts = [log.read_text(errors="replace") if log.is_file() else ""
+                     for log in logs]
+            if all(line in text for text in texts):
+                break
+            if workers.done() or any("ascend-node: error: " in text for text in texts):
+                # A worker ended before node 0 started: it took the earlier start's
+                # verdict for its own (its peers then wait until their timeout).
+                pytest.fail("a worker ended before node 0 started:\n"
+                            + explain(workers.result()))
+            time.sleep(0.1)
+        first = run(nodes[:1])
+        return first + workers.result()
+
+
+@pytest.mark.parametrize(("before", "after", "versions"), [
+    (2, 3, {}),
+    (3, 2, {}),
+    (2, 4, {}),
+    # The manifest maps Volcano's job version in; a re-deployed Job counts from 0 again.
+    (2, 3, {"before": "3", "after": "0"}),
+], ids=["2-then-3", "3-then-2", "2-then-4", "2-then-3-job-version-3-then-0"])
+def test_a_job_re_deployed_with_another_node_count_builds_a_new_table(tmp_path, before, after,
+                                                                     versions):
+    """Issue 36: `manifest` makes the run id the job's name, so a job re-deployed with
+    another --nodes on the same volume meets its earlier start's documents. Its workers,
+    started before node 0, must wait for node 0's new attempt (saying so), never take
+    the old table's failed checks for a forger's (exit 5) nor leave node 0 and the others
+    waiting for them (exit 4)."""
+    shared = tmp_path / "shared"
+    old_env = {"ASCEND_NODE_JOB_VERSION": versions["before"]} if versions else {}
+    first = make_nodes(tmp_path / "first", before, devices=2, timeout=SAFETY_NET,
+                       shared=shared, **old_env)
+    assert codes(run(first)) == [0] * before
+    old = json.loads((shared / ".ascend-node" / "t" / "attempt.json").read_text())
+    new_env = {"ASCEND_NODE_JOB_VERSION": versions["after"]} if versions else {}
+    # (60 s: the contract is no exit 5, and before the fix a worker that did not take
+    # the old table waited for node 0's verdict until its timeout)
+    nodes = make_nodes(tmp_path / "second", after, devices=2, timeout=60, shared=shared,
+                       **new_env)
+    results = _workers_first(nodes, "an earlier start of the job")
+    assert codes(results) == [0] * after, explain(results)
+    for r in results[1:]:
+        assert (f"waiting: attempt {old['attempt_id']} completed for {before} nodes "
+                f"(1 master), this pod's job has {after} nodes (1 master): an earlier start "
+                "of the job") in r.stderr, explain([r])
+        assert "not the table node 0 built" not in r.stderr
+    new = json.loads((shared / ".ascend-node" / "t" / "attempt.json").read_text())
+    assert new["attempt_id"] != old["attempt_id"] and new["node_count"] == after
+    assert f"was for {before} nodes" in new["reason"]
+    texts = {table_of(r) for r in results}
+    assert texts == {(shared / "ranktable-t.json").read_bytes()}
+    table = json.loads(texts.pop())
+    assert [s["container_ip"] for s in table["server_list"]] == [
+        n.env["K8S_POD_IP"] for n in nodes]
+
+
+# ------------------------------------------------------------------ failures before discovery
+
+
+@pytest.mark.parametrize(("failing", "argv", "env", "code", "cause"), [
+    (1, ["ranktable", "--master-file", "/nonexistent-dir/m"], {}, 1,
+     "cannot write /nonexistent-dir/m (flag --master-file): directory /nonexistent-dir does "
+     "not exist"),
+    (0, ["ranktable"], {"ASCEND_NODE_WORLD_SIZE_FILE": "/nonexistent-dir/w"}, 1,
+     "cannot write /nonexistent-dir/w (environment ASCEND_NODE_WORLD_SIZE_FILE): directory "
+     "/nonexistent-dir does not exist"),
+    (2, ["ranktable"], {"ASCEND_NODE_RENDEZVOUS_KEY_FILE": "/nonexistent-dir/key"}, 1,
+     "cannot open the rendezvous key file /nonexistent-dir/key"),
+    (1, ["boot", "--model-dir", "relative/dir", "--", "true"], {}, 2, "--model-dir"),
+], ids=["master-file-of-a-worker", "world-size-file-of-node-0", "key-file-of-a-worker",
+        "boot-option-of-a-worker"])
+def test_a_pod_failing_before_its_discovery_ends_its_peers_with_5_naming_it(
+        tmp_path, failing, argv, env, code, cause):
+    """Issue 36: a pod whose output path cannot be written exits 1 before it discovers
+    anything; its peers used to wait for it until their --timeout (4, "missing: worker
+    0"). It publishes its failure as a pod failing in discovery does: the peers end with
+    5 within seconds, naming it and its cause."""
+    nodes = make_nodes(tmp_path, 3, devices=2, timeout=60)
+    nodes[failing].argv = [*nodes[failing].argv[:3], *argv]  # python -m ascend_node ...
+    nodes[failing].env.update(env)
+    results = run(nodes)
+    expected = [5, 5, 5]
+    expected[failing] = code
+    assert codes(results) == expected, explain(results)
+    assert cause in results[failing].cause, explain(results)
+    name = names_of([failing], 1)
+    for r in results:
+        if r.index != failing:
+            assert f"{name} failed: {cause}" in r.cause, explain([r])
+            assert r.seconds < 30, explain([r])  # not the timeout (60 s)

@@ -15,7 +15,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable, Optional
@@ -221,7 +221,8 @@ def _ranktable_from_volume(
                          settings.timeout), deadline,
         settings.shared_dir or "the shared directory", settings.timeout,
         settings.progress_interval)
-    key = rendezvous_key(settings, environ)
+    with failures_told_to_peers(settings, environ, started, command):
+        key = rendezvous_key(settings, environ)  # (a bad key file: told unsigned)
     paths = RunPaths(shared_dir, run_id)
     status = StatusDoc(state="in_progress", phase="discover", command=command, run_id=run_id)
     write_status(settings.state_dir, status)
@@ -375,6 +376,56 @@ def leave_summary(settings: Settings, identity: NodeIdentity, command: str, stat
 
 SUMMARY_WAIT = 5.0
 """Seconds a pod waits for its timeline summary to be written on the volume."""
+
+
+@contextlib.contextmanager
+def failures_told_to_peers(settings: Settings, environ: Mapping[str, str], started: float,
+                           command: str) -> Iterator[None]:
+    """Tell the peers of a local failure found before this pod's discovery starts, as one
+    found during it is: an output path that cannot be written (`--master-file`,
+    `handoff.placement`), a bad `boot` option, an unreadable rendezvous key file. Without
+    it the failed pod exits 1 at once while its peers wait for it until their
+    `--timeout` (exit 4, "missing: worker 0"): now node 0 aborts the attempt and every
+    peer exits 5 naming this pod and its cause (docs/rendezvous.md, "A pod that fails
+    before its discovery"). The error is raised on unchanged."""
+    try:
+        yield
+    except AscendNodeError as exc:
+        tell_peers_of_failure(settings, environ, started, command, exc)
+        raise
+
+
+def tell_peers_of_failure(settings: Settings, environ: Mapping[str, str], started: float,
+                          command: str, exc: AscendNodeError) -> None:
+    """Publish `exc` as this pod's local failure (`_publish_local_failure`) when the pod
+    can say who it is and where its peers meet: a pod whose identity, shared directory or
+    run id is itself the failure has no slot to publish into, and one whose table comes
+    from MindCluster's file has no peers waiting on the volume. Never raises; bounded by
+    the pod's deadline (`volume_call`)."""
+    if settings.shared_dir is None or not settings.run_id:
+        return
+    try:
+        identity = identify(environ)
+        if table_source(settings).source != "volume":
+            return
+    except AscendNodeError:
+        return
+    key: Optional[RendezvousKey] = None
+    with contextlib.suppress(AscendNodeError):  # unsigned, when the key is the failure
+        key = load_key(environ, settings.rendezvous_key_file, KEY_FILE_ENV)
+    paths = RunPaths(settings.shared_dir, settings.run_id)
+    deadline = started + settings.timeout
+
+    def publish() -> None:
+        with call("inspect", paths.shared_dir):
+            if not paths.shared_dir.is_dir():
+                return
+        _publish_local_failure(paths, identity, exc, deadline, key)
+
+    with contextlib.suppress(VolumeUnanswered, OSError):
+        run_watched(publish, deadline, paths.root, settings.timeout,
+                    settings.progress_interval)
+    leave_summary(settings, identity, command, "failed", exc=exc)
 
 
 def _publish_local_failure(

@@ -155,15 +155,18 @@ def ranktable(
     box: dict[str, Any] = {}
     with exit_codes(debug_on(debug), _status_writer(box, "ranktable")):
         signal.signal(signal.SIGTERM, on_sigterm)
+        from ascend_node.chain.table import failures_told_to_peers
         from ascend_node.chain.table import ranktable as run_ranktable
         from ascend_node.handoff.outputs import StatusDoc, write_status
 
-        settings = _placed(settings_from(verbose, **option_flags(locals())), verbose)
-        box["settings"] = settings
-        from ascend_node.preflight.policy import effective_policy
+        asked = settings_from(verbose, **option_flags(locals()))
+        with failures_told_to_peers(asked, os.environ, STARTED, "ranktable"):
+            settings = _placed(asked, verbose)
+            box["settings"] = settings
+            from ascend_node.preflight.policy import effective_policy
 
-        result = run_ranktable(settings, os.environ, STARTED,
-                               preflight=effective_policy(settings.preflight, "ranktable"))
+            policy = effective_policy(settings.preflight, "ranktable")
+        result = run_ranktable(settings, os.environ, STARTED, preflight=policy)
         write_status(settings.state_dir, StatusDoc(
             state="done", phase="ranktable", command="ranktable", exit_code=0,
             run_id=result.run_id, attempt_id=result.attempt_id,
@@ -221,15 +224,19 @@ def boot(
         signal.signal(signal.SIGTERM, on_sigterm)
         from ascend_node.chain.boot import boot as run_boot
         from ascend_node.chain.boot import boot_options_from_env
+        from ascend_node.chain.table import failures_told_to_peers
         from ascend_node.chain.table import ranktable as run_ranktable
 
-        settings = _placed(settings_from(verbose, **option_flags(locals())), verbose)
-        box["settings"] = settings
-        opts = boot_options_from_env(os.environ, launcher, list(ctx.args), https,
-                                     model_name, model_weight_path, model_dir, launcher_args)
-        from ascend_node.preflight.policy import effective_policy
+        asked = settings_from(verbose, **option_flags(locals()))
+        with failures_told_to_peers(asked, os.environ, STARTED, "boot"):
+            settings = _placed(asked, verbose)
+            box["settings"] = settings
+            opts = boot_options_from_env(os.environ, launcher, list(ctx.args), https,
+                                         model_name, model_weight_path, model_dir,
+                                         launcher_args)
+            from ascend_node.preflight.policy import effective_policy
 
-        policy = effective_policy(settings.preflight, "boot", opts.launcher)
+            policy = effective_policy(settings.preflight, "boot", opts.launcher)
         result = run_ranktable(settings, os.environ, STARTED, command="boot", preflight=policy,
                                launcher=opts.launcher)
         run_boot(settings, os.environ, result, opts)

@@ -76,6 +76,15 @@ def choose_attempt(
     where the data is the same."""
     if attempt is None:
         return Open("no attempt yet for this run")
+    if attempt.node_count != node_count or attempt.master_count != master_count:
+        # Before the job versions: a job re-deployed with another size under the same
+        # run id is a new Volcano Job, whose version counts from 0 again, so an older
+        # attempt's higher version does not make this pod a leftover.
+        return Open(
+            f"attempt {attempt.attempt_id} was for "
+            f"{job_size(attempt.node_count, attempt.master_count)}; this job has "
+            f"{job_size(node_count, master_count)}"
+        )
     if job_version is not None and attempt.job_version != job_version:
         if attempt.job_version is not None and attempt.job_version > job_version:
             return Leftover(
@@ -85,11 +94,6 @@ def choose_attempt(
         return Open(
             f"the job was restarted: job version {job_version}, attempt "
             f"{attempt.attempt_id} was for version {attempt.job_version}"
-        )
-    if attempt.node_count != node_count or attempt.master_count != master_count:
-        return Open(
-            f"attempt {attempt.attempt_id} was for {attempt.node_count} nodes "
-            f"({attempt.master_count} masters); this job has {node_count} ({master_count})"
         )
     if attempt.conflict is not None:
         if attempt.opened_by == incarnation:
@@ -329,6 +333,7 @@ class Me:
     incarnation: str
     digest: str
     master_count: int
+    node_count: int
     job_version: Optional[int] = None
 
 
@@ -337,7 +342,8 @@ class WaitAttempt:
     """No usable attempt: wait for node 0 to open one."""
 
     reason: str
-    kind: str = "no-attempt"  # no-attempt | stale-table | stale-abort | stale-version | own-failure
+    # no-attempt | stale-table | stale-abort | stale-version | stale-count | own-failure
+    kind: str = "no-attempt"
 
 
 @dataclass(frozen=True)
@@ -388,6 +394,13 @@ def follower_step(
     if attempt is None:
         return WaitAttempt("node 0 has not opened an attempt yet")
     aid = attempt.attempt_id
+    participant = published_in == aid or (
+        isinstance(my_slot, (MemberDoc, FailureDoc)) and my_slot.incarnation == me.incarnation
+    )
+    if not participant and (outcome is None or me.incarnation not in outcome.participants):
+        stale = earlier_size(attempt, outcome, me)
+        if stale is not None:
+            return stale
     if _versions_differ(me.job_version, attempt.job_version):
         return WaitAttempt(
             f"attempt {aid} is for job version {attempt.job_version}, this pod is from "
@@ -397,9 +410,6 @@ def follower_step(
     if attempt.conflict is not None:
         return Fail(f"attempt {aid} ended in a conflict: {attempt.conflict}")
 
-    participant = published_in == aid or (
-        isinstance(my_slot, (MemberDoc, FailureDoc)) and my_slot.incarnation == me.incarnation
-    )
     if isinstance(my_slot, ConflictDoc):
         return Fail(
             f"two live pods claim {node_name(me.index, me.master_count)} "
@@ -448,6 +458,49 @@ def follower_step(
     if not mine:
         return Publish(aid)
     return WaitTable(aid)
+
+
+def job_size(nodes: int, masters: int) -> str:
+    """`3 nodes (1 master)`: a job's size as the messages name it."""
+    return (f"{nodes} node{'s' if nodes != 1 else ''} "
+            f"({masters} master{'s' if masters != 1 else ''})")
+
+
+def sized_for_me(attempt: AttemptDoc, me: Me) -> bool:
+    """Whether node 0 opened `attempt` for this pod's job size (nodes and masters)."""
+    return (attempt.node_count, attempt.master_count) == (me.node_count, me.master_count)
+
+
+def earlier_size(attempt: AttemptDoc, outcome: Optional[OutcomeDoc], me: Me
+                 ) -> Optional[WaitAttempt]:
+    """The wait of a pod that took no part in `attempt` when node 0 opened it for
+    another job size than this pod's (VC_MASTER_NUM/VC_WORKER_NUM): a job re-deployed
+    with another node count under the same run id (`manifest` makes the run id the job's
+    name) meets its earlier start's documents. Node 0 opens a new attempt when the count
+    differs (`choose_attempt`), so the pod waits for it; it never takes such a verdict
+    as its own (a table of another size would fail its checks as a forgery, an abort or
+    a conflict of another start is no verdict on this one).
+
+    Only a *closed* attempt (an outcome, or a conflict mark) is provably an earlier
+    start's: the node 0 that sized it is done with it. An open one may be this start's
+    node 0 seeing another count (pods that disagree on VC_WORKER_NUM): the pod publishes
+    into it (None here), so that node 0 aborts at once naming the difference (5), as
+    `evaluate` does. An abort is a `stale-count` wait too; the follower still fails on
+    one written after it started (`Follower._fail_if_aborted_after_start`): a node 0 of
+    another size that aborted while this pod ran is this start's."""
+    if sized_for_me(attempt, me):
+        return None
+    if outcome is None and attempt.conflict is None:
+        return None
+    how = ("completed" if outcome is not None and outcome.result == "table" else
+           "was aborted" if outcome is not None else "ended in a conflict")
+    return WaitAttempt(
+        f"attempt {attempt.attempt_id} {how} for "
+        f"{job_size(attempt.node_count, attempt.master_count)}, this pod's job has "
+        f"{job_size(me.node_count, me.master_count)}: an earlier start of the job, before "
+        "its size changed; waiting for node 0 to open an attempt for this one",
+        "stale-count",
+    )
 
 
 def verify_table_holds(outcome: OutcomeDoc, data: MemberData, master_count: int) -> Optional[str]:

@@ -211,12 +211,14 @@ class Follower(Participant):
                 continue
             if (
                 isinstance(action, decide.WaitAttempt)
-                and action.kind == "stale-abort"
+                and (action.kind == "stale-abort"
+                     or (action.kind == "stale-count" and outcome is not None
+                         and outcome.result == "abort"))
                 and attempt is not None
                 and attempt.attempt_id not in abort_checked
             ):
                 abort_checked.add(attempt.attempt_id)
-                self._fail_if_aborted_after_start(attempt.attempt_id, action)
+                self._fail_if_aborted_after_start(attempt.attempt_id)
             if (
                 isinstance(action, decide.WaitAttempt)
                 and action.kind == "stale-table"
@@ -294,14 +296,16 @@ class Follower(Participant):
                 reads[index] = self._slot_state(attempt_id, index)
         return reads
 
-    def _fail_if_aborted_after_start(self, attempt_id: str, action: decide.WaitAttempt) -> None:
+    def _fail_if_aborted_after_start(self, attempt_id: str) -> None:
         """An abort this pod took no part in is history (a previous start of the job)
         unless it happened while this agent was already running: then it is this
         start's verdict, which the pod missed only because it arrived late (a slow
         discovery on an overloaded node), and waiting for a new attempt would last until
         the timeout. Both times are taken by the shared volume's clock: the outcome's
         mtime, and the mtime of a probe file this pod creates now, shifted back by how
-        long ago the agent started. (The job version, when known, decides in `decide` already.)
+        long ago the agent started. (The job version, when known, decides in `decide` already;
+        an abort of another job size is judged here too: such a node 0 that aborted while
+        this pod ran is this start's, whose pods disagree on their counts.)
         """
         outcome = self._read_outcome_valid(attempt_id)
         if outcome is None:
@@ -316,7 +320,8 @@ class Follower(Participant):
         aborted_ns = outcome.stamp[2]
         if aborted_ns > started_ns:
             raise ClusterInconsistent(
-                f"{action.reason} ({(aborted_ns - started_ns) / 1e9:.1f} s after this pod "
+                f"attempt {attempt_id} was aborted: {outcome.doc.reason} "
+                f"({(aborted_ns - started_ns) / 1e9:.1f} s after this pod "
                 "started, before it could join: this start of the job failed)",
                 restart_hint(self.paths),
             )
@@ -345,6 +350,12 @@ class Follower(Participant):
         if attempt is None:
             return f"waiting for {self.name(0)} to open the rendezvous"
         aid = attempt.attempt_id
+        if not decide.sized_for_me(attempt, self.me):
+            return (f"published into attempt {aid}, which {self.name(0)} opened for "
+                    f"{self._size_of(attempt)} while this pod's job has "
+                    f"{self._size_of(None)}: if it is this start's, {self.name(0)} ends it "
+                    "naming the difference; if it is an earlier start's, waiting for "
+                    f"{self.name(0)} to open an attempt for this one")
         got = read_doc(self.fresh.file(self.paths.progress(aid)), ProgressDoc,
                        self.paths.run_id, self.key)
         others = ([i for i in got.doc.missing if i != self.index]
@@ -354,6 +365,12 @@ class Follower(Participant):
                     f"{len(others)} other node(s): "
                     f"{names_of(others, self.identity.master_count, limit=8)}")
         return f"published into attempt {aid}; waiting for {self.name(0)} to build the table"
+
+    def _size_of(self, attempt: Optional[AttemptDoc]) -> str:
+        """`3 nodes (1 master)`: the size `attempt` was opened for (None: this pod's)."""
+        if attempt is not None:
+            return decide.job_size(attempt.node_count, attempt.master_count)
+        return decide.job_size(self.identity.node_count, self.identity.master_count)
 
     def _timeout(self, action: decide.FollowerAction, attempt: Optional[AttemptDoc]) -> Exception:
         waited = f"{self.timeout:g} s"
@@ -369,6 +386,16 @@ class Follower(Participant):
             return PeerTimeout(
                 f"timed out after {waited}: {action.reason}, and no new attempt opened",
                 "the job must be restarted (all pods) to build a new rank table",
+            )
+        if not decide.sized_for_me(attempt, self.me):  # (a `stale-count` wait, or not)
+            return PeerTimeout(
+                f"timed out after {waited}: attempt {attempt.attempt_id} is for "
+                f"{self._size_of(attempt)}, this pod's job has {self._size_of(None)} (an "
+                f"earlier start's), and {node0} never opened an attempt for this one; "
+                f"missing: {node0}",
+                f"check that {node0} of this start of the job is running and mounts the "
+                "same shared volume, and that every pod has the same VC_MASTER_NUM and "
+                "VC_WORKER_NUM; exit 4 is retryable",
             )
         if isinstance(action, decide.WaitAttempt) and action.kind == "stale-version":
             return PeerTimeout(

@@ -80,7 +80,8 @@ class Participant:
     @property
     def me(self) -> decide.Me:
         return decide.Me(self.index, self.identity.incarnation, self.data.digest(),
-                         self.identity.master_count, self.identity.job_version)
+                         self.identity.master_count, self.identity.node_count,
+                         self.identity.job_version)
 
     def name(self, index: int) -> str:
         return node_name(index, self.identity.master_count)
