@@ -172,7 +172,7 @@ def _start_time(pid: int) -> Optional[str]:
 
 
 def alive(entry: dict[str, Any]) -> bool:
-    return _start_time(entry["pid"]) == entry["start"]
+    return _start_time(entry["pid"]) == str(entry["start"])
 
 
 def spawn(run: Path, name: str, argv: list[str]) -> dict[str, Any]:
@@ -232,7 +232,8 @@ def free_ports(n: int) -> list[int]:
 
 def _load(run: Path) -> dict[str, Any]:
     try:
-        return json.loads((run / "state.json").read_text())
+        state: dict[str, Any] = json.loads((run / "state.json").read_text())
+        return state
     except (OSError, ValueError):
         return {}
 
@@ -264,7 +265,7 @@ def running(run: Path) -> bool:
     if not state.get("ready") or any(n not in pids or not alive(pids[n]) for n in PROCESSES):
         return False
     try:
-        return client(run).get("/readyz") == "ok"
+        return bool(client(run).get("/readyz") == "ok")
     except (ApiError, OSError):
         return False
 
@@ -361,9 +362,9 @@ def webhook_documents(template: str, url: str) -> list[str]:
             indent = len(line) - len(line.lstrip())
             path = ""
             while i < len(lines) and len(lines[i]) - len(lines[i].lstrip()) > indent:
-                key, _, value = lines[i].strip().partition(":")
+                key, _, field = lines[i].strip().partition(":")
                 if key == "path":
-                    path = value.strip()
+                    path = field.strip()
                 i += 1
             out.append(" " * indent + f"url: {url}{path}")
             continue

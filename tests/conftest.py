@@ -8,11 +8,14 @@ speaks the format a real driver printed, not one we imagined.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Callable
 
 import pytest
 
+from tests.kube_bed import Bed
+from tests.kube_bed import open_bed as open_kube_bed
 from tests.netns_bed import Netns, open_bed
 
 HCCN_FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "hccn"
@@ -64,3 +67,10 @@ def hccn_capture() -> Callable[[str], dict[str, str]]:
 def netns(request: pytest.FixtureRequest) -> Netns:
     """Pods in their own network namespaces (tests/netns_bed.py); root only, else a skip."""
     return open_bed(request)
+
+
+@pytest.fixture(scope="session")
+def kube_bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bed]:
+    """The real API server and Volcano on loopback with 4 fake nodes (tests/kube_bed.py);
+    built on first use, skipped (saying why) without Go or openssl."""
+    yield from open_kube_bed(tmp_path_factory)
