@@ -57,7 +57,7 @@ class Bed:
         return name
 
     def jobs_path(self, ns: str, name: str = "") -> str:
-        return self.api.path_for(JOBS_API, "Job", ns, name or None)
+        return str(self.api.path_for(JOBS_API, "Job", ns, name or None))
 
     def pods(self, ns: str) -> list[dict[str, Any]]:
         return list(self.kube.get(f"/api/v1/namespaces/{ns}/pods")["items"])
