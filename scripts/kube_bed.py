@@ -544,7 +544,7 @@ def up(run: Path, nodes: int, a3: bool) -> Path:
         f"--authentication-kubeconfig={run / 'kube-controller-manager.kubeconfig'}",
         f"--authorization-kubeconfig={run / 'kube-controller-manager.kubeconfig'}",
         "--bind-address=127.0.0.1", "--secure-port=0", "--leader-elect=false",
-        "--use-service-account-credentials=false",
+        "--use-service-account-credentials=true",  # each controller as its own SA (kubeadm)
         f"--service-account-private-key-file={pki / 'sa.key'}",
         f"--root-ca-file={pki / 'ca.crt'}",
         f"--service-cluster-ip-range={SERVICE_CIDR}", "--v=1"])

@@ -54,6 +54,10 @@ class Bed:
     def namespace(self, name: str) -> str:
         self.kube.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
                                                 "metadata": {"name": name}})
+        # kube-controller-manager makes its `default` ServiceAccount; a pod created before
+        # that is refused by the ServiceAccount admission plugin, as on any cluster.
+        self.wait(f"ServiceAccount {name}/default", lambda: self.kube.get(
+            f"/api/v1/namespaces/{name}/serviceaccounts")["items"])
         return name
 
     def jobs_path(self, ns: str, name: str = "") -> str:

@@ -100,33 +100,67 @@ def test_a_rendered_mindie_job_is_admitted_and_every_pod_bound_to_its_own_npu_no
         kube_bed.purge(ns)
 
 
-def test_gang_no_pod_is_bound_until_every_pod_of_the_job_fits(kube_bed: Bed) -> None:
-    """4 nodes x 8 NPUs: while a 2-pod job holds 16, a 4-pod job (32) gets no pod placed,
-    though two of its pods would fit; once the first job goes, all four are bound."""
-    first, second = kube_bed.namespace("gang-first"), kube_bed.namespace("gang-second")
+def gone(bed: Bed, *namespaces: str) -> None:
+    for ns in namespaces:
+        try:
+            bed.purge(ns)
+        except bed.api.ApiError as e:
+            if e.status != 404:
+                raise
+
+
+def none_bound_for(bed: Bed, ns: str, seconds: float) -> None:
+    """No pod of `ns` bound over `seconds` of vc-scheduler's 1-second cycles."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        assert not bound(bed.pods(ns))
+        time.sleep(1)
+
+
+def test_gang_no_pod_is_bound_while_one_pod_of_the_job_has_no_node(kube_bed: Bed) -> None:
+    """5 pods, one NPU each, one pod per node (the manifest's anti-affinity), 4 nodes: four
+    pods could be placed, the gang plugin places none and says why on the PodGroup."""
+    ns = kube_bed.namespace("gang-five")
+    try:
+        submit(kube_bed, ns, "--kind", "mindie", "--nodes", "5", "--npus-per-node", "1",
+               "--name", "five")
+
+        def unschedulable() -> str:
+            for group in kube_bed.podgroups(ns):
+                for cond in group.get("status", {}).get("conditions", []):
+                    if cond["type"] == "Unschedulable" and "4 Schedulable" in cond["message"]:
+                        return str(cond["message"])
+            return ""
+
+        message = kube_bed.wait("the PodGroup's gang verdict", unschedulable)
+        assert "1/5 tasks in gang unschedulable" in message
+        assert "didn't match pod anti-affinity rules" in message
+        assert len(kube_bed.pods(ns)) == 5
+        none_bound_for(kube_bed, ns, 20)
+    finally:
+        gone(kube_bed, ns)
+
+
+def test_a_job_wanting_more_npus_than_are_free_waits_whole_then_is_bound_whole(
+        kube_bed: Bed) -> None:
+    """4 nodes x 8 NPUs: while a 2-pod job holds 16, a 4-pod job (32) is not even enqueued
+    (Volcano's enqueue action with the overcommit plugin): no pod of it is created or bound.
+    Once the first job goes, all four pods are created and bound, one per node."""
+    first, second = kube_bed.namespace("npus-first"), kube_bed.namespace("npus-second")
     try:
         submit(kube_bed, first, "--kind", "mindie", "--nodes", "2", "--name", "held")
         all_bound(kube_bed, first, 2)
         submit(kube_bed, second, "--kind", "mindie", "--nodes", "4", "--name", "waits")
         kube_bed.wait("the 4-pod job's PodGroup", lambda: kube_bed.podgroups(second))
-        # Thirty of vc-scheduler's 1-second cycles: none may place a pod of the 4-pod job.
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            assert not bound(kube_bed.pods(second))
-            time.sleep(1)
+        none_bound_for(kube_bed, second, 20)
         (group,) = kube_bed.podgroups(second)
-        assert group["status"].get("phase") in ("Pending", "Inqueue")
+        assert group["status"].get("phase") == "Pending"
 
         kube_bed.purge(first)
         pods = all_bound(kube_bed, second, 4)
         assert len({p["spec"]["nodeName"] for p in pods}) == 4
     finally:
-        for ns in (first, second):
-            try:
-                kube_bed.purge(ns)
-            except kube_bed.api.ApiError as e:
-                if e.status != 404:
-                    raise
+        gone(kube_bed, first, second)
 
 
 def test_volcano_validating_webhook_refuses_what_volcano_refuses(kube_bed: Bed) -> None:
