@@ -169,16 +169,14 @@ def split_documents(text: str) -> list[str]:
     return [d for d in docs if re.search(r"^\w", d, re.M)]
 
 
-def document_path(doc: str) -> str:
-    """The collection path a YAML document is POSTed to, from its top-level apiVersion/kind.
-
-    Only for cluster-scoped documents written by the bed or shipped in Volcano's module (CRDs,
-    webhook configurations): a namespaced document would need its metadata.namespace parsed.
-    """
+def document_path(doc: str, namespace: Optional[str] = None) -> str:
+    """The collection path a YAML document is POSTed to, from its top-level apiVersion/kind;
+    a namespaced kind goes to `namespace` (the caller's: this reads no metadata.namespace,
+    and the API server refuses a body whose namespace differs from the path's)."""
     fields = dict(_TOP_FIELD.findall(doc))
     if "apiVersion" not in fields or "kind" not in fields:
         raise ValueError("YAML document without a top-level apiVersion and kind")
-    return path_for(fields["apiVersion"], fields["kind"])
+    return path_for(fields["apiVersion"], fields["kind"], namespace)
 
 
 def document_name(doc: str) -> str:
