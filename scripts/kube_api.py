@@ -19,6 +19,7 @@ import ssl
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -115,6 +116,23 @@ class Kube:
         if not data:
             return None
         return json.loads(data) if data[:1] in (b"{", b"[") else data.decode()
+
+    def watch(self, path: str, seconds: int = 60) -> Iterator[dict[str, Any]]:
+        """The watch events of a collection (`{"type": "ADDED", "object": {...}}`), one JSON
+        document per line as the API server streams them, until it ends the watch after
+        `seconds`; `path` may carry a query (fieldSelector, resourceVersion)."""
+        sep = "&" if "?" in path else "?"
+        req = urllib.request.Request(
+            f"{self.creds.server}{path}{sep}watch=1&timeoutSeconds={seconds}", method="GET")
+        req.add_header("Accept", "application/json")
+        try:
+            resp = urllib.request.urlopen(req, context=self._ctx, timeout=seconds + 30)
+        except urllib.error.HTTPError as e:
+            raise ApiError(e.code, "GET", path, e.read().decode("utf-8", "replace")) from None
+        with resp:
+            for line in resp:
+                if line.strip():
+                    yield json.loads(line)
 
     def get(self, path: str) -> Any:
         return self.request("GET", path)

@@ -35,6 +35,13 @@ def test_a_node_writes_the_status_of_its_own_pods_only(kube_bed: Bed) -> None:
 
         listed = node.get(f"{pods}?fieldSelector=spec.nodeName%3D{mine}")["items"]
         assert [p["metadata"]["name"] for p in listed] == ["here"]
+        # A watch from the list's resourceVersion: how an agent learns of each change.
+        since = node.get(f"{pods}?fieldSelector=spec.nodeName%3D{mine}")["metadata"]
+        kube_bed.kube.merge_patch(f"{pods}/here", {"metadata": {"labels": {"seen": "yes"}}})
+        first = next(node.watch(f"/api/v1/pods?fieldSelector=spec.nodeName%3D{mine}"
+                                f"&resourceVersion={since['resourceVersion']}", seconds=30))
+        assert (first["type"], first["object"]["metadata"]["labels"]) == ("MODIFIED",
+                                                                          {"seen": "yes"})
         # The ServiceAccount admission plugin gave the pod its projected token volume.
         assert any(v["name"].startswith("kube-api-access-") for v in listed[0]["spec"]["volumes"])
 
