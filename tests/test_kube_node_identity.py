@@ -4,7 +4,8 @@ Each node has a client certificate for `system:node:<node>` in group `system:nod
 (`<run>/pki/node-<node>.*`, `<run>/nodes/<node>.kubeconfig`). The API server runs the Node
 authorizer and the NodeRestriction admission plugin, so that identity may do what a kubelet
 may and no more: read the pods, write the status of those bound to its own node only, and
-request a service-account token bound to such a pod (the `kube-api-access` volume's).
+request a service-account token bound to such a pod (the `kube-api-access` volume's), and
+read only the ConfigMaps its pods reference.
 """
 
 from __future__ import annotations
@@ -54,6 +55,16 @@ def test_a_node_writes_the_status_of_its_own_pods_only(kube_bed: Bed) -> None:
         assert refused.value.status == 403
         assert f'node "{mine}" can only update pod status for pods with spec.nodeName set to ' \
                "itself" in refused.value.message
+
+        # The Node authorizer's graph: a ConfigMap a pod of the node mounts (the projected
+        # volume's CA) is readable, one no pod of the node names is not.
+        cms = f"/api/v1/namespaces/{ns}/configmaps"
+        assert "ca.crt" in node.get(f"{cms}/kube-root-ca.crt")["data"]
+        kube_bed.kube.create(cms, {"apiVersion": "v1", "kind": "ConfigMap",
+                                   "metadata": {"name": "lonely"}, "data": {"a": "b"}})
+        with pytest.raises(kube_bed.api.ApiError) as unrelated:
+            node.get(f"{cms}/lonely")
+        assert "no relationship found between node" in unrelated.value.message
 
         uid = listed[0]["metadata"]["uid"]
         token = node.create(f"/api/v1/namespaces/{ns}/serviceaccounts/default/token", {
