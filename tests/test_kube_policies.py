@@ -177,3 +177,33 @@ def test_a_crash_loop_ends_failed_after_max_retry(kube_bed: Bed) -> None:
     finally:
         kubelets.confirm_deletions()
         gone(kube_bed, ns)
+
+
+def test_pd_a_failed_decode_pod_restarts_its_task_alone(kube_bed: Bed) -> None:
+    """Model: RestartTask (a PD task's policy) deletes and re-creates that task's pods only:
+    the other instances keep running, no retry is counted, the job version stays."""
+    ns = kube_bed.namespace("pd-restart-task")
+    kubelets = Kubelets(kube_bed, ns)
+    try:
+        submit(kube_bed, ns, "--kind", "mindie-pd", "--name", "pd")
+        first, version = start(kube_bed, kubelets, ns, "pd", 5)
+        (decode,) = [p for p in first if p["metadata"]["name"].startswith("pd-decode-0-")]
+        others = {p["metadata"]["name"]: p["metadata"]["uid"] for p in first if p is not decode}
+        kubelets.report(decode, "Failed", 1)
+
+        def decode_replaced() -> dict[str, str]:
+            kubelets.confirm_deletions()
+            pods = kube_bed.pods(ns)
+            uids = {p["metadata"]["name"]: p["metadata"]["uid"] for p in pods
+                    if p["spec"].get("nodeName") and not p["metadata"].get("deletionTimestamp")}
+            name = decode["metadata"]["name"]
+            fresh = name in uids and uids[name] != decode["metadata"]["uid"]
+            return uids if fresh and len(uids) == 5 else {}
+
+        uids = kube_bed.wait("the decode pod re-created", decode_replaced)
+        assert {n: u for n, u in uids.items() if n in others} == others
+        status = job_of(kube_bed, ns, "pd")["status"]
+        assert (status.get("version", 0), status.get("retryCount", 0)) == (version, 0)
+    finally:
+        kubelets.confirm_deletions()
+        gone(kube_bed, ns)
