@@ -188,8 +188,9 @@ def test_pd_volcano_v1_10_chooses_restart_task_for_a_failed_decode_pod_but_does_
     for it (pkg/controllers/job/state/running.go `Execute`: anything but RestartJob, AbortJob,
     TerminateJob and CompleteJob is a plain SyncJob). The failed decode pod stays Failed, the
     rest runs on, nothing is re-created: on v1.10.0 a PD instance that loses a pod is not
-    healed by its policies (docs/deploy.md, compatibility). This test pins that, so that a
-    Volcano that implements RestartTask fails it and the docs are updated."""
+    healed by its policies (docs/deploy.md, compatibility); deleting the failed pod by hand
+    is. This test pins both, so that a Volcano that implements RestartTask fails it and the
+    docs are updated."""
     ns = kube_bed.namespace("pd-restart-task")
     kubelets = Kubelets(kube_bed, ns)
     try:
@@ -216,6 +217,21 @@ def test_pd_volcano_v1_10_chooses_restart_task_for_a_failed_decode_pod_but_does_
         status = job_of(kube_bed, ns, "pd")["status"]
         assert status["state"]["phase"] == "Running"
         assert (status.get("version", 0), status.get("retryCount", 0)) == (version, 0)
+
+        # What heals it on v1.10.0: `kubectl delete pod` of the failed pod (an ended pod is
+        # deleted at once): the controller re-creates that pod alone, the rest runs on.
+        name = decode["metadata"]["name"]
+        kube_bed.kube.delete(f"/api/v1/namespaces/{ns}/pods/{name}")
+
+        def recreated() -> dict[str, str]:
+            uids = {p["metadata"]["name"]: p["metadata"]["uid"] for p in kube_bed.pods(ns)
+                    if p["spec"].get("nodeName")}
+            return uids if name in uids and uids[name] != decode["metadata"]["uid"] else {}
+
+        uids = kube_bed.wait(f"{name} re-created", recreated)
+        assert {n: u for n, u in uids.items() if n != name} == {
+            p["metadata"]["name"]: p["metadata"]["uid"] for p in first if p is not decode}
+        assert job_of(kube_bed, ns, "pd")["status"].get("retryCount", 0) == 0
     finally:
         kubelets.confirm_deletions()
         gone(kube_bed, ns)
