@@ -16,6 +16,8 @@ from typing import Callable
 
 import pytest
 
+from tests.kube_bed import Bed
+from tests.kube_bed import open_bed as open_kube_bed
 from tests.netns_bed import Netns, open_bed
 from tests.nobody_python import build, open_temp_dir
 
@@ -87,3 +89,10 @@ def nobody_python() -> Iterator[Path]:
         yield python
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def kube_bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bed]:
+    """The real API server and Volcano on loopback with 4 fake nodes (tests/kube_bed.py);
+    built on first use, skipped (saying why) without Go or openssl."""
+    yield from open_kube_bed(tmp_path_factory)

@@ -14,6 +14,11 @@ Copied as facts (not code) from volcano-sh/volcano:
 - state/running.go: `RestartJob` kills the pods, RetryCount += 1, phase Restarting;
   `AbortJob` kills them and aborts. state/restarting.go: RetryCount >= maxRetry -> Failed,
   else the job starts again (Pending), with its version bumped.
+
+Checked against the real controller (tests/test_kube_policies.py, Volcano v1.10.0): the
+restarts, the abort and the end after maxRetry agree. Two details the model leaves out:
+the version rises once per kill pass (two or more per restart, not one; only its order is
+used here), and `AbortJob` keeps a pod that already failed (its logs stay readable).
 """
 
 from __future__ import annotations
