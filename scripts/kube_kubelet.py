@@ -35,6 +35,11 @@ RUNC = "/usr/sbin/runc"
 NETNS_DIR = Path("/var/run/netns")
 CONTAINER_LOGS = Path("/var/log/containers")
 PACKAGES = ("containerd", "runc", "containernetworking-plugins")
+# kubelet 1.30 serves the device-plugin registration socket at a fixed path
+# (k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1 DevicePluginPath), whatever --root-dir says.
+VAR_LIB_KUBELET = Path("/var/lib/kubelet")
+DEVICE_PLUGINS = VAR_LIB_KUBELET / "device-plugins"
+DEVICE_PLUGIN_SOCKET = "kube-bed-ascend910.sock"  # deviceplugin/main.go's endpoint name
 
 
 def missing() -> list[str]:
@@ -230,6 +235,12 @@ def cleanup(d: Path, state: dict[str, Any]) -> list[str]:
             with contextlib.suppress(OSError):
                 path.unlink()
             done.append(f"netns {name}")
+    for sock in (DEVICE_PLUGINS / DEVICE_PLUGIN_SOCKET, DEVICE_PLUGINS / "kubelet.sock",
+                 DEVICE_PLUGINS / "kubelet_internal_checkpoint"):
+        with contextlib.suppress(OSError):
+            sock.unlink()
+    if not state.get("var_lib_kubelet_existed", True):
+        shutil.rmtree(VAR_LIB_KUBELET, ignore_errors=True)
     if Path(f"/sys/class/net/{BRIDGE}").exists():
         subprocess.run(["ip", "link", "del", BRIDGE], capture_output=True)
         done.append(f"link {BRIDGE}")
@@ -250,4 +261,62 @@ def cleanup(d: Path, state: dict[str, Any]) -> list[str]:
                 top.rmdir()
             except OSError as e:
                 done.append(f"cgroup {top} left: {e}")
+    return done
+
+
+# --------------------------------------------------------------------------------------------
+# images
+
+
+def podman_env() -> dict[str, str]:
+    """podman pointed at the container bed's store (scripts/container_bed.py), where our
+    images are built, when it has one; else podman's defaults."""
+    env = dict(os.environ)
+    work = Path(os.environ.get("ASCEND_NODE_CONTAINERS_WORK", "/var/tmp/ascend-node-containers"))
+    if (work / "etc" / "storage.conf").exists():
+        env["CONTAINERS_STORAGE_CONF"] = str(work / "etc" / "storage.conf")
+        env["CONTAINERS_CONF"] = str(work / "etc" / "containers.conf")
+    return env
+
+
+def import_image(d: Path, image: str) -> str:
+    """Import `image` into containerd's k8s.io namespace: an OCI archive path, or a podman
+    image reference (saved from the container bed's store). Returns '' or the error."""
+    archive = Path(image)
+    tmp = None
+    if not archive.is_file():
+        tmp = d / "import.oci.tar"
+        done = subprocess.run(["podman", "save", "--format", "oci-archive", "-o", str(tmp),
+                               image], env=podman_env(), capture_output=True, text=True,
+                              timeout=600, stdin=subprocess.DEVNULL)
+        if done.returncode != 0:
+            return f"podman save {image}: {done.stderr.strip()[-300:]}"
+        archive = tmp
+    try:
+        done = ctr(d, "images", "import", str(archive), timeout=600)
+        return "" if done.returncode == 0 else f"ctr import {image}: {done.stderr.strip()[-300:]}"
+    finally:
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+
+
+# --------------------------------------------------------------------------------------------
+# stop
+
+
+def stop_containers(d: Path) -> list[str]:
+    """Kill every task of our containerd (the kubelet is already stopped, so nothing restarts
+    them) and delete them, so their shims exit and their rootfs mounts go."""
+    done = []
+    tasks = ctr(d, "tasks", "ls", "-q", timeout=30)
+    ids = tasks.stdout.split() if tasks.returncode == 0 else []
+    for cid in ids:
+        ctr(d, "tasks", "kill", "-s", "SIGKILL", cid, timeout=30)
+    for cid in ids:
+        for _ in range(20):
+            if ctr(d, "tasks", "delete", cid, timeout=30).returncode == 0:
+                done.append(f"task {cid[:12]}")
+                break
+            time.sleep(0.5)
     return done
