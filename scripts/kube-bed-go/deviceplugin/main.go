@@ -118,20 +118,30 @@ func main() {
 		srv := grpc.NewServer()
 		pluginapi.RegisterDevicePluginServer(srv, p)
 		go srv.Serve(lis)
-		for err = register(*dir, endpoint, *resource); err != nil; err = register(*dir, endpoint, *resource) {
-			log.Printf("register with the kubelet: %v (retrying)", err)
-			time.Sleep(time.Second)
+		// A kubelet starting after us wipes the directory, our socket with it: then listen
+		// again before registering (the kubelet dials back the endpoint we name).
+		registered := false
+		for present(sock) {
+			if err := register(*dir, endpoint, *resource); err != nil {
+				log.Printf("register with the kubelet: %v (retrying)", err)
+				time.Sleep(time.Second)
+				continue
+			}
+			registered = true
+			log.Printf("registered %s: %d devices on %s", *resource, *count, sock)
+			break
 		}
-		log.Printf("registered %s: %d devices on %s", *resource, *count, sock)
 		// The kubelet removes every socket in the directory when it restarts: serve until ours
 		// is gone, then listen and register again.
-		for {
+		for registered && present(sock) {
 			time.Sleep(2 * time.Second)
-			if _, err := os.Stat(sock); err != nil {
-				break
-			}
 		}
 		srv.Stop()
-		log.Printf("%s removed (kubelet restarted?): registering again", sock)
+		log.Printf("%s removed (kubelet (re)started?): listening again", sock)
 	}
+}
+
+func present(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
 }
