@@ -20,8 +20,10 @@ version):
     Leases in kube-node-lease renewed every 10 s by a small heartbeat process (what a kubelet
     does; the node lifecycle controller taints a node whose lease goes stale).
 
-Nothing runs pods: a pod bound to a fake node stays Pending until a node agent (a later
-piece) runs it. Everything listens on 127.0.0.1, on ports picked free at `up`. State lives in
+Nothing runs a pod bound to a fake node: it stays Pending until a node agent runs it. With
+`--kubelet`, one real node more, `kube-bed-kubelet-0`: kubelet v1.30.2 over containerd, runc
+and a bridge CNI, with a fake Ascend device plugin (scripts/kube_kubelet.py; needs root and
+Debian's containerd, runc and containernetworking-plugins). Everything listens on 127.0.0.1, on ports picked free at `up`. State lives in
 one run directory (default /tmp/ascend-node-kube-bed, or $KUBE_BED_DIR):
 
   state.json        ports, nodes, pids, timings          admin.kubeconfig  cluster-admin
@@ -29,12 +31,13 @@ one run directory (default /tmp/ascend-node-kube-bed, or $KUBE_BED_DIR):
   nodes/<node>.kubeconfig   system:node:<node> (group system:nodes), for a node agent
 
     scripts/kube-bed up [--nodes 4] [--a3] [--run-dir DIR]   # prints the kubeconfig path
+        [--kubelet [--kubelet-image IMAGE]...]               # + the real node
     scripts/kube-bed status [--run-dir DIR]
     scripts/kube-bed down [--run-dir DIR]
 
 `up` on a running bed with the same nodes reuses it; `down` stops every process it started
 (process groups, by recorded pid and start time) and leaves no mount or network namespace
-(the bed makes none). Exit codes: 0 ok, 2 usage, 3 no Go toolchain (nothing to build with),
+(the fake nodes make none; the real node's are cleaned, scripts/kube_kubelet.py). Exit codes: 0 ok, 2 usage, 3 no Go toolchain (nothing to build with),
 1 anything else (the failing process's log tail on stderr).
 """
 
@@ -680,6 +683,13 @@ def up_kubelet(run: Path, bindir: Path, a3: bool, images: tuple[str, ...]) -> di
     if missing:
         raise BedError(f"--kubelet needs {', '.join(missing)}: "
                        f"apt-get install -y {' '.join(kk.PACKAGES)}")
+    bridge = Path(f"/sys/class/net/{kk.BRIDGE}")
+    if bridge.exists() or (kk.DEVICE_PLUGINS / "kubelet.sock").exists():
+        # One kubelet per machine: the device-plugin directory, the bridge, the pod subnet and
+        # the kubepods cgroups are the machine's.
+        raise BedError(f"another kube bed's kubelet runs on this machine (bridge {kk.BRIDGE} "
+                       f"or {kk.DEVICE_PLUGINS}/kubelet.sock exists): `scripts/kube-bed down "
+                       "--run-dir <its run dir>` first")
     proc = subprocess.run(["sh", str(BUILD), "kubelet"], stdout=subprocess.PIPE, text=True)
     if proc.returncode != 0:
         raise BedError(f"scripts/kube-bed-build kubelet failed (exit {proc.returncode})")
