@@ -23,7 +23,8 @@ version):
 Nothing runs a pod bound to a fake node: it stays Pending until a node agent runs it. With
 `--kubelet`, one real node more, `kube-bed-kubelet-0`: kubelet v1.30.2 over containerd, runc
 and a bridge CNI, with a fake Ascend device plugin (scripts/kube_kubelet.py; needs root and
-Debian's containerd, runc and containernetworking-plugins). Everything listens on 127.0.0.1, on ports picked free at `up`. State lives in
+Debian's containerd, runc and containernetworking-plugins). Everything listens on 127.0.0.1,
+on ports picked free at `up`. State lives in
 one run directory (default /tmp/ascend-node-kube-bed, or $KUBE_BED_DIR):
 
   state.json        ports, nodes, pids, timings          admin.kubeconfig  cluster-admin
@@ -37,7 +38,8 @@ one run directory (default /tmp/ascend-node-kube-bed, or $KUBE_BED_DIR):
 
 `up` on a running bed with the same nodes reuses it; `down` stops every process it started
 (process groups, by recorded pid and start time) and leaves no mount or network namespace
-(the fake nodes make none; the real node's are cleaned, scripts/kube_kubelet.py). Exit codes: 0 ok, 2 usage, 3 no Go toolchain (nothing to build with),
+(the fake nodes make none; the real node's are cleaned, scripts/kube_kubelet.py). Exit
+codes: 0 ok, 2 usage, 3 no Go toolchain (nothing to build with),
 1 anything else (the failing process's log tail on stderr).
 """
 
@@ -706,7 +708,8 @@ def up_kubelet(run: Path, bindir: Path, a3: bool, images: tuple[str, ...]) -> di
     # Saved before anything starts, so that `down` after a failure knows what to clean.
     _save(run, kubelet={"node": name, "port": port, "healthz": healthz, "npus": npus,
                         "netns_before": kk.netns_names(),
-                        "var_lib_kubelet_existed": kk.VAR_LIB_KUBELET.exists()})
+                        "var_lib_kubelet_existed": kk.VAR_LIB_KUBELET.exists(),
+                        "var_log_containers_existed": kk.CONTAINER_LOGS.exists()})
     containerd = spawn(run, "containerd", kk.containerd_argv(d))
     if not kk.wait_socket(d, lambda: alive(containerd)):
         raise BedError(f"containerd did not serve; logs/containerd.log:\n"

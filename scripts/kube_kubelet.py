@@ -249,6 +249,9 @@ def cleanup(d: Path, state: dict[str, Any]) -> list[str]:
             with contextlib.suppress(OSError):
                 if link.is_symlink() and os.readlink(link).startswith(f"{d}/"):
                     link.unlink()
+    if not state.get("var_log_containers_existed", True):
+        with contextlib.suppress(OSError):
+            CONTAINER_LOGS.rmdir()  # only when empty: another kubelet's links stay
     for hierarchy in Path("/sys/fs/cgroup").iterdir():
         top = hierarchy / "kubepods"
         if top.is_dir():
