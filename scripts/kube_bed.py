@@ -20,8 +20,11 @@ version):
     Leases in kube-node-lease renewed every 10 s by a small heartbeat process (what a kubelet
     does; the node lifecycle controller taints a node whose lease goes stale).
 
-Nothing runs pods: a pod bound to a fake node stays Pending until a node agent (a later
-piece) runs it. Everything listens on 127.0.0.1, on ports picked free at `up`. State lives in
+Nothing runs a pod bound to a fake node: it stays Pending until a node agent runs it. With
+`--kubelet`, one real node more, `kube-bed-kubelet-0`: kubelet v1.30.2 over containerd, runc
+and a bridge CNI, with a fake Ascend device plugin (scripts/kube_kubelet.py; needs root and
+Debian's containerd, runc and containernetworking-plugins). Everything listens on 127.0.0.1,
+on ports picked free at `up`. State lives in
 one run directory (default /tmp/ascend-node-kube-bed, or $KUBE_BED_DIR):
 
   state.json        ports, nodes, pids, timings          admin.kubeconfig  cluster-admin
@@ -29,13 +32,15 @@ one run directory (default /tmp/ascend-node-kube-bed, or $KUBE_BED_DIR):
   nodes/<node>.kubeconfig   system:node:<node> (group system:nodes), for a node agent
 
     scripts/kube-bed up [--nodes 4] [--a3] [--run-dir DIR]   # prints the kubeconfig path
+        [--kubelet [--kubelet-image IMAGE]...]               # + the real node
     scripts/kube-bed status [--run-dir DIR]
     scripts/kube-bed down [--run-dir DIR]
 
 `up` on a running bed with the same nodes reuses it; `down` stops every process it started
 (process groups, by recorded pid and start time) and leaves no mount or network namespace
-(the bed makes none). Exit codes: 0 ok, 2 usage (also: `up` with other --nodes/--a3 than the
-running bed's, which is left as it is), 3 no Go toolchain (nothing to build with),
+(the fake nodes make none; the real node's are cleaned, scripts/kube_kubelet.py). Exit
+codes: 0 ok, 2 usage (also: `up` with other --nodes/--a3/--kubelet than the running bed's,
+which is left as it is), 3 no Go toolchain (nothing to build with),
 1 anything else (the failing process's log tail on stderr).
 """
 
@@ -58,6 +63,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import kube_kubelet
 from kube_api import (
     ApiError,
     Credentials,
@@ -84,6 +90,8 @@ PROCESSES = ("etcd", "kube-apiserver", "kube-controller-manager", "vc-webhook-ma
 ENABLED_ADMISSIONS = ("/jobs/mutate", "/jobs/validate", "/podgroups/mutate", "/pods/validate",
                       "/pods/mutate", "/queues/mutate", "/queues/validate")
 VOLCANO_NAMESPACE = "volcano-system"
+# `up --kubelet`: the real node's processes (scripts/kube_kubelet.py), stopped first by `down`.
+NODE_PROCESSES = ("containerd", "kubelet", "deviceplugin")
 
 
 class BedError(Exception):
@@ -267,7 +275,8 @@ def running(run: Path) -> bool:
     """Every process of the bed alive and the API server ready."""
     state = _load(run)
     pids = state.get("pids", {})
-    if not state.get("ready") or any(n not in pids or not alive(pids[n]) for n in PROCESSES):
+    names = PROCESSES + (NODE_PROCESSES if state.get("kubelet") else ())
+    if not state.get("ready") or any(n not in pids or not alive(pids[n]) for n in names):
         return False
     try:
         return bool(client(run).get("/readyz") == "ok")
@@ -458,14 +467,18 @@ def heartbeat(run: Path) -> None:
         time.sleep(HEARTBEAT_S)
 
 
-def up(run: Path, nodes: int, a3: bool) -> Path:
+def up(run: Path, nodes: int, a3: bool, kubelet: bool = False,
+       images: tuple[str, ...] = ()) -> Path:
     kubeconfig = run / "admin.kubeconfig"
     if running(run):
         state = _load(run)
-        if state.get("node_count") == nodes and state.get("a3") == a3:
+        if (state.get("node_count") == nodes and state.get("a3") == a3
+                and bool(state.get("kubelet")) == kubelet):
             return kubeconfig
         raise BedInUse(f"a bed runs in {run} with --nodes {state.get('node_count')}"
-                       f"{' --a3' if state.get('a3') else ''}: `scripts/kube-bed down` first")
+                       f"{' --a3' if state.get('a3') else ''}"
+                       f"{' --kubelet' if state.get('kubelet') else ''}: "
+                       "`scripts/kube-bed down` first")
     down(run)
     t0 = time.monotonic()
     bindir = build()
@@ -653,7 +666,8 @@ def up(run: Path, nodes: int, a3: bool) -> Path:
     _wait_api(admin, "fake nodes untainted and the default ServiceAccount", nodes_schedulable,
               run, ("kube-apiserver", "kube-controller-manager"), timeout=180.0)
     t_nodes = time.monotonic()
-    _save(run, ready=True, timings_s={
+    timings = up_kubelet(run, bindir, a3, images) if kubelet else {}
+    _save(run, ready=True, timings_s={**timings,
         "build_or_reuse": round(t_build - t0, 2), "pki": round(t_pki - t_build, 2),
         "etcd": round(t_etcd - t_pki, 2), "kube-apiserver": round(t_api - t_etcd, 2),
         "crds": round(t_crd - t_api, 2), "webhook": round(t_hook - t_crd, 2),
@@ -663,11 +677,119 @@ def up(run: Path, nodes: int, a3: bool) -> Path:
 
 
 # --------------------------------------------------------------------------------------------
+# up --kubelet: one real node (docs/kube-bed.md "A real kubelet: what happened")
+
+
+def up_kubelet(run: Path, bindir: Path, a3: bool, images: tuple[str, ...]) -> dict[str, float]:
+    """Start containerd, kubelet v1.30.2 and the fake Ascend device plugin for the node
+    `kube-bed-kubelet-0`, which the kubelet registers itself (the bed neither creates nor
+    heartbeats it); return once it is Ready, untainted, with its NPUs allocatable."""
+    kk = kube_kubelet
+    t0 = time.monotonic()
+    missing = kk.missing()
+    if missing:
+        raise BedError(f"--kubelet needs {', '.join(missing)}: "
+                       f"apt-get install -y {' '.join(kk.PACKAGES)}")
+    bridge = Path(f"/sys/class/net/{kk.BRIDGE}")
+    if bridge.exists() or (kk.DEVICE_PLUGINS / "kubelet.sock").exists():
+        # One kubelet per machine: the device-plugin directory, the bridge, the pod subnet and
+        # the kubepods cgroups are the machine's.
+        raise BedError(f"another kube bed's kubelet runs on this machine (bridge {kk.BRIDGE} "
+                       f"or {kk.DEVICE_PLUGINS}/kubelet.sock exists): `scripts/kube-bed down "
+                       "--run-dir <its run dir>` first")
+    proc = subprocess.run(["sh", str(BUILD), "kubelet"], stdout=subprocess.PIPE, text=True)
+    if proc.returncode != 0:
+        raise BedError(f"scripts/kube-bed-build kubelet failed (exit {proc.returncode})")
+    node_dir = Path(proc.stdout.strip().splitlines()[-1])
+    t_build = time.monotonic()
+    state = _load(run)
+    pki, name, d = run / "pki", kk.KUBELET_NODE, run / "kubelet"
+    make_cert(pki, f"node-{name}", f"system:node:{name}", "system:nodes")
+    kubeconfig = run / "nodes" / f"{name}.kubeconfig"
+    write_kubeconfig(kubeconfig, state["server"], pki, f"node-{name}")
+    port, healthz = free_ports(2)
+    kk.write_configs(d, pki / "ca.crt", port, healthz)
+    npus = 16 if a3 else 8
+    # Saved before anything starts, so that `down` after a failure knows what to clean.
+    _save(run, kubelet={"node": name, "port": port, "healthz": healthz, "npus": npus,
+                        "netns_before": kk.netns_names(),
+                        "var_lib_kubelet_existed": kk.VAR_LIB_KUBELET.exists(),
+                        "var_log_containers_existed": kk.CONTAINER_LOGS.exists()})
+    containerd = spawn(run, "containerd", kk.containerd_argv(d))
+    if not kk.wait_socket(d, lambda: alive(containerd)):
+        raise BedError(f"containerd did not serve; logs/containerd.log:\n"
+                       f"{log_tail(run, 'containerd')}")
+    t_containerd = time.monotonic()
+    for image in (str(node_dir / "pause.oci.tar"), *images):
+        err = kk.import_image(d, image)
+        if err:
+            raise BedError(err)
+    t_images = time.monotonic()
+    argv = kk.kubelet_argv(node_dir / "bin", d, kubeconfig)
+    if a3:
+        argv.append(f"--node-labels={A3_LABEL[0]}={A3_LABEL[1]}")
+    spawn(run, "kubelet", argv)
+    spawn(run, "deviceplugin", [str(node_dir / "bin" / "deviceplugin"),
+                                "--dir", str(kk.DEVICE_PLUGINS), "--count", str(npus)])
+    admin = client(run)
+
+    def node_ready() -> bool:
+        node = admin.get(f"/api/v1/nodes/{name}")
+        conds = node["status"].get("conditions", [])
+        return (any(c["type"] == "Ready" and c["status"] == "True" for c in conds)
+                and not node["spec"].get("taints")
+                and node["status"].get("allocatable", {}).get(NPU_RESOURCE) == str(npus))
+
+    _wait_api(admin, f"{name} Ready with {npus} NPUs", node_ready, run,
+              ("containerd", "kubelet", "deviceplugin"), timeout=180.0)
+    t_ready = time.monotonic()
+    return {"kubelet_build_or_reuse": round(t_build - t0, 2),
+            "containerd": round(t_containerd - t_build, 2),
+            "images": round(t_images - t_containerd, 2),
+            "kubelet_ready": round(t_ready - t_images, 2)}
+
+
+def down_kubelet(run: Path, state: dict[str, Any]) -> None:
+    """Stop the real node so that nothing is left: its pods deleted through the API while the
+    kubelet runs (it tears their sandboxes down: CNI DEL, network namespace, mounts), then
+    the device plugin and the kubelet, every remaining container task, containerd, and what
+    they leave outside the run directory (kube_kubelet.cleanup)."""
+    pids = state.get("pids", {})
+    name = state["kubelet"].get("node", kube_kubelet.KUBELET_NODE)
+    d = run / "kubelet"
+    if all(n in pids and alive(pids[n]) for n in ("kube-apiserver", "kubelet", "containerd")):
+        with contextlib.suppress(ApiError, OSError, TimeoutError):
+            admin = client(run)
+            sel = f"?fieldSelector=spec.nodeName%3D{name}"
+            for pod in admin.get(f"/api/v1/pods{sel}")["items"]:
+                meta = pod["metadata"]
+                with contextlib.suppress(ApiError):
+                    admin.request("DELETE", f"/api/v1/namespaces/{meta['namespace']}/pods/"
+                                  f"{meta['name']}", b'{"gracePeriodSeconds": 1}')
+            admin.wait_for(f"the pods on {name} gone",
+                           lambda: not admin.get(f"/api/v1/pods{sel}")["items"], timeout=60)
+    for proc in ("deviceplugin", "kubelet"):
+        if proc in pids:
+            stop(pids[proc])
+    done: list[str] = []
+    if "containerd" in pids:
+        if alive(pids["containerd"]):
+            done += kube_kubelet.stop_containers(d)
+        stop(pids["containerd"])
+    done += kube_kubelet.cleanup(d, state["kubelet"])
+    with open(run / "logs" / "kubelet-cleanup.log", "a") as log:
+        log.write(f"{_now()} down: {'; '.join(done) or 'nothing left'}\n")
+
+
+# --------------------------------------------------------------------------------------------
 # down, status
 
 
 def down(run: Path) -> None:
-    pids = _load(run).get("pids", {})
+    state = _load(run)
+    pids = state.get("pids", {})
+    if "kubelet" in state:
+        down_kubelet(run, state)
     for name in reversed(PROCESSES):
         if name in pids:
             stop(pids[name])
@@ -682,7 +804,7 @@ def status(run: Path) -> int:
         print(f"no kube bed in {run}")
         return 1
     up_all = True
-    for name in PROCESSES:
+    for name in PROCESSES + (NODE_PROCESSES if state.get("kubelet") else ()):
         entry = pids.get(name)
         ok = bool(entry) and alive(entry)
         up_all &= ok
@@ -704,13 +826,18 @@ def main(argv: Optional[list[str]] = None) -> int:
         if name == "up":
             p.add_argument("--nodes", type=int, default=4)
             p.add_argument("--a3", action="store_true")
+            p.add_argument("--kubelet", action="store_true",
+                           help=f"also run a real kubelet node, {kube_kubelet.KUBELET_NODE}")
+            p.add_argument("--kubelet-image", action="append", default=[],
+                           help="an image for the kubelet's containerd: a podman reference "
+                                "(from the container bed's store) or an OCI archive")
     args = ap.parse_args(argv)
     run = args.run_dir.resolve()
     if args.cmd == "up":
         if not 1 <= args.nodes <= 64:
             ap.error(f"--nodes {args.nodes}: between 1 and 64")
         try:
-            print(up(run, args.nodes, args.a3))
+            print(up(run, args.nodes, args.a3, args.kubelet, tuple(args.kubelet_image)))
         except BedInUse as e:
             print(f"kube-bed up: {e}", file=sys.stderr)
             return 2
