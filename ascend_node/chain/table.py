@@ -145,7 +145,8 @@ def require_rendezvous_settings(settings: Settings) -> tuple[Path, str]:
     if settings.shared_dir is None:
         raise ConfigError(
             "no shared directory: --shared-dir, ASCEND_NODE_SHARED_DIR and MODEL_PATH are unset",
-            "mount the job's shared PVC and point --shared-dir (or MODEL_PATH) at it",
+            "mount the job's shared PVC and point --shared-dir (or MODEL_PATH) at it, or meet "
+            "through the Kubernetes API instead: --rendezvous kube (ASCEND_NODE_RENDEZVOUS)",
         )
     try:
         with call("inspect", settings.shared_dir):
@@ -184,15 +185,22 @@ def ranktable(
     """
     choice = table_source(settings)
     log.info("rank table source: %s (%s)", choice.source, choice.why)
-    return source_for(choice, launcher).build(settings, environ, started, command, preflight)
+    return source_for(choice, launcher, settings.rendezvous).build(
+        settings, environ, started, command, preflight)
 
 
-def source_for(choice: SourceChoice, launcher: Optional[str] = None) -> TableSource:
-    """The `TableSource` for a choice; MindCluster's module is imported only when chosen."""
+def source_for(choice: SourceChoice, launcher: Optional[str] = None,
+               rendezvous: str = "volume") -> TableSource:
+    """The `TableSource` for a choice; MindCluster's module, and the API client of the
+    rendezvous through the API (`--rendezvous kube`), are imported only when chosen."""
     if choice.source == "mindcluster":
         from ascend_node.sources.mindcluster import MindClusterSource
 
         return MindClusterSource(choice)
+    if rendezvous == "kube":
+        from ascend_node.chain.kube_table import KubeSource
+
+        return KubeSource(choice, launcher)
     return VolumeSource(choice, launcher)
 
 

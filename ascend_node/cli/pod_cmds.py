@@ -35,6 +35,7 @@ from ascend_node.cli.options import (
     MasterPort,
     Preflight,
     RendezvousKeyFile,
+    RendezvousOpt,
     RunId,
     SharedDir,
     StateDir,
@@ -145,7 +146,7 @@ def ranktable(
     file_owner: FileOwner = None, allow_uneven_devices: AllowUneven = False,
     table_version: TableVersion = None, table_source: TableSource = None,
     hccl_json: HcclJson = None, preflight: Preflight = None,
-    rendezvous_key_file: RendezvousKeyFile = None,
+    rendezvous_key_file: RendezvousKeyFile = None, rendezvous: RendezvousOpt = None,
     json_out: Json = False, verbose: Verbose = False, debug: Debug = False,
 ) -> None:
     """Steps 1-5: meet the peers and write the rank table; exit 0 when this node holds it."""
@@ -187,7 +188,7 @@ def boot(
     file_owner: FileOwner = None, allow_uneven_devices: AllowUneven = False,
     master_port: MasterPort = None, table_version: TableVersion = None,
     table_source: TableSource = None, hccl_json: HcclJson = None, preflight: Preflight = None,
-    rendezvous_key_file: RendezvousKeyFile = None,
+    rendezvous_key_file: RendezvousKeyFile = None, rendezvous: RendezvousOpt = None,
     launcher: Annotated[Optional[str], typer.Option(
         "--launcher", metavar="mindie|msrun|ranktable-env|torch",
         help="mindie | msrun | ranktable-env | torch (env ASCEND_NODE_LAUNCHER; "
