@@ -184,7 +184,11 @@ def ranktable(
     (`handoff.device_ids`).
     """
     choice = table_source(settings)
-    log.info("rank table source: %s (%s)", choice.source, choice.why)
+    if choice.source == "volume" and settings.rendezvous == "kube":
+        log.info("rank table source: the rendezvous through the Kubernetes API (%s)",
+                 settings.sources.get("rendezvous", "--rendezvous kube"))
+    else:
+        log.info("rank table source: %s (%s)", choice.source, choice.why)
     return source_for(choice, launcher, settings.rendezvous).build(
         settings, environ, started, command, preflight)
 

@@ -45,6 +45,7 @@ from ascend_node.ranktable import build_rank_table, render_rank_table
 from ascend_node.rendezvous import decide, kube_docs
 from ascend_node.rendezvous.kube_layout import (
     JOB_UID_LABEL,
+    MAX_PARTS,
     OBJECT_LABEL,
     JobIdentity,
     ObjectRefused,
@@ -121,11 +122,17 @@ class KubeRendezvous:
     def run(self) -> OutcomeDoc:
         self._check_role()
         while True:
-            self.client.timeout = max(1.0, min(10.0, self.deadline - self.clock()))
+            self._bound_calls()
             try:
                 return self._node0() if self.index == 0 else self._follow()
             except ApiUnanswered as exc:
                 self._unanswered(exc)
+
+    def _bound_calls(self) -> None:
+        """A call waits at most a progress interval (so a silent server is said every
+        interval) and never past the deadline."""
+        self.client.timeout = max(1.0, min(10.0, self.progress_interval,
+                                           self.deadline - self.clock()))
 
     def _unanswered(self, exc: ApiUnanswered) -> None:
         """A stuck volume's handling: say so every progress interval, retry until the
@@ -148,6 +155,7 @@ class KubeRendezvous:
                 "spec": {"namespace": self.job.namespace}}
         call = Call("create", CONFIGMAPS, self.job.namespace)
         while True:
+            self._bound_calls()
             try:
                 answer = self.client.request(
                     "POST", call, "/apis/authorization.k8s.io/v1/selfsubjectrulesreviews", body)
@@ -219,9 +227,11 @@ class KubeRendezvous:
         first = self._get(self._name("table", 0))
         if first is None:
             raise ObjectRefused(f"ConfigMap {self._name('table', 0)} is missing")
-        count = int(str((first.get("data") or {}).get("parts", "0")) or 0)
-        parts: list[Optional[bytes]] = [table_part(self.job, first, 0, outcome.attempt_id, outcome.ranktable_sha256,
-                            count)]
+        said = str((first.get("data") or {}).get("parts", ""))
+        count = int(said) if said.isdigit() and 0 < int(said) <= MAX_PARTS else 1
+        sha = outcome.ranktable_sha256
+        parts: list[Optional[bytes]] = [
+            table_part(self.job, first, 0, outcome.attempt_id, sha, count)]
         for k in range(1, count):
             obj = self._get(self._name("table", k))
             parts.append(None if obj is None else table_part(

@@ -1,0 +1,294 @@
+"""The rendezvous through the Kubernetes API, end to end: real `ascend-node ranktable`
+processes (`--rendezvous kube`, no shared directory) against a real kube-apiserver v1.30.2
+and etcd (`tests/kube_apiserver.py`, the bed's binaries), each authenticated with a real
+ServiceAccount token from the TokenRequest API, under the ServiceAccount, Role and
+RoleBinding `kube_layout.rbac_objects` renders (what `manifest --rendezvous kube` applies).
+
+Each pod gets the environment Volcano and the downward API give it (ROLE, VC_TASK_INDEX,
+..., and the job's name and pod group from the annotations, as `kube_layout.identity_env`
+maps them), and the ServiceAccount's three files in a directory of its own
+(`ASCEND_NODE_SERVICE_ACCOUNT_DIR`, the testing knob of `chain/kube_table.py`), with
+KUBERNETES_SERVICE_HOST/PORT pointing at the API server as the kubelet would.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import signal
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Optional
+from urllib.parse import urlsplit
+
+import pytest
+
+from ascend_node.kube.client import Client
+from ascend_node.kube.config import Endpoint
+from ascend_node.kube.errors import AlreadyExists, Forbidden, KubeError
+from ascend_node.kube.resources import CONFIGMAPS, Call, Resource
+from ascend_node.rendezvous.kube_layout import (
+    JobIdentity,
+    join_table,
+    object_name,
+    rbac_objects,
+    service_account_name,
+    table_part,
+)
+from ascend_node.sim.cluster import NodeResult, SimNode, launch
+from tests.cluster_helpers import explain, make_nodes
+from tests.kube_apiserver import Plane, binaries, control_plane
+
+pytestmark = pytest.mark.kube
+
+NS = "rdzv"
+ADMIN_TOKEN = "admin-token-rdzv"
+NAMESPACES = Resource("", "v1", "namespaces", "Namespace")
+ROLES = Resource("rbac.authorization.k8s.io", "v1", "roles", "Role")
+BINDINGS = Resource("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding")
+SERVICE_ACCOUNTS = Resource("", "v1", "serviceaccounts", "ServiceAccount")
+
+
+@pytest.fixture(scope="module")
+def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Plane]:
+    bin_dir = binaries()
+    if bin_dir is None:
+        pytest.skip("no kube-apiserver/etcd v1.30 in ~/.cache/ascend-node-kube (built by the "
+                    "control-plane bed, issue 37: scripts/kube-bed)")
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl is not installed")
+    try:
+        with control_plane(tmp_path_factory.mktemp("apiserver"),
+                           {ADMIN_TOKEN: ("admin", "system:masters")}, bin_dir) as p:
+            yield p
+    except RuntimeError as exc:
+        pytest.fail(str(exc))
+
+
+def _client(plane: Plane, token: str) -> Client:
+    return Client(Endpoint(server=plane.url, namespace=NS, source="test",
+                           ca_file=str(plane.ca), token=token), timeout=30)
+
+
+@pytest.fixture(scope="module")
+def admin(plane: Plane) -> Client:
+    c = _client(plane, ADMIN_TOKEN)
+    with contextlib.suppress(AlreadyExists):
+        c.request("POST", Call("create", NAMESPACES, ""), "/api/v1/namespaces",
+                  {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+    return c
+
+
+def grant(plane: Plane, admin: Client, job: str, nodes: int,
+          drop_verb: Optional[str] = None) -> str:
+    """The job's ServiceAccount, Role and RoleBinding as `manifest` renders them (less
+    `drop_verb`, for the missing-verb case); a real token of that ServiceAccount from the
+    TokenRequest API."""
+    objects = rbac_objects(job, NS, nodes)
+    if drop_verb:
+        for rule in objects[1]["rules"]:
+            rule["verbs"] = [v for v in rule["verbs"] if v != drop_verb]
+        objects[1]["rules"] = [r for r in objects[1]["rules"] if r["verbs"]]
+    for obj, res in zip(objects, (SERVICE_ACCOUNTS, ROLES, BINDINGS)):
+        admin.request("POST", Call("create", res, NS), res.path(NS), obj)
+    sa = service_account_name(job)
+    answer = admin.request(
+        "POST", Call("create", SERVICE_ACCOUNTS, NS, sa),
+        SERVICE_ACCOUNTS.path(NS, sa) + "/token",
+        {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+         "spec": {"expirationSeconds": 3600}})
+    token = str(answer["status"]["token"])
+    agent = _client(plane, token)
+    deadline = time.monotonic() + 60
+    while True:  # RBAC's cache takes a moment to see the new binding
+        try:
+            agent.get(CONFIGMAPS, object_name(job, "attempt"))
+        except Forbidden:
+            if drop_verb == "get" or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+            continue
+        except KubeError:
+            pass
+        break
+    return token
+
+
+def kube_nodes(tmp: Path, plane: Plane, token: str, job: str, uid: str, nodes: int,
+               timeout: float = 40.0, **env: str) -> list[SimNode]:
+    """Simulated pods of vcjob `job` meeting through the API, with no shared directory."""
+    made = make_nodes(tmp, nodes, devices=2, timeout=timeout, run_id="t", **env)
+    url = urlsplit(plane.url)
+    for node in made:
+        sa_dir = node.state_dir.parent / "serviceaccount"
+        sa_dir.mkdir(parents=True, exist_ok=True)
+        (sa_dir / "token").write_text(token)
+        (sa_dir / "ca.crt").write_bytes(plane.ca.read_bytes())
+        (sa_dir / "namespace").write_text(NS)
+        node.env.pop("ASCEND_NODE_SHARED_DIR", None)
+        node.env.pop("ASCEND_NODE_RUN_ID", None)  # the job's name is the run
+        node.env.update({
+            "ASCEND_NODE_RENDEZVOUS": "kube",
+            "ASCEND_NODE_SERVICE_ACCOUNT_DIR": str(sa_dir),
+            "KUBERNETES_SERVICE_HOST": str(url.hostname),
+            "KUBERNETES_SERVICE_PORT": str(url.port),
+            # the downward API's view of Volcano's annotations (kube_layout.identity_env)
+            "ASCEND_NODE_JOB_NAME": job,
+            "ASCEND_NODE_POD_GROUP": f"{job}-{uid}",
+        })
+    return made
+
+
+def local_tables(results: list[NodeResult]) -> set[Optional[bytes]]:
+    return {r.local_table() for r in results}
+
+
+def requests_of(result: NodeResult) -> int:
+    found = re.findall(r"rendezvous through the API: (\d+) requests", result.stderr)
+    assert found, result.stderr[-2000:]
+    return int(found[-1])
+
+
+def table_in_api(admin: Client, job: JobIdentity) -> str:
+    attempt = admin.get(CONFIGMAPS, object_name(job.name, "attempt"))
+    outcome = json.loads(attempt["data"]["outcome.json"])
+    first = admin.get(CONFIGMAPS, object_name(job.name, "table", 0))
+    count = int(first["data"]["parts"])
+    parts: list[Optional[bytes]] = [table_part(job, first, 0, outcome["attempt_id"],
+                                               outcome["ranktable_sha256"], count)]
+    return join_table(parts, outcome["ranktable_sha256"])
+
+
+REQUESTS: dict[int, list[int]] = {}
+
+
+@pytest.mark.parametrize("nodes", [2, 4])
+def test_every_pod_holds_the_same_table_without_a_shared_directory(
+        tmp_path: Path, plane: Plane, admin: Client, nodes: int) -> None:
+    job = JobIdentity(NS, f"same-{nodes}", str(uuid.uuid4()))
+    token = grant(plane, admin, job.name, nodes)
+    made = kube_nodes(tmp_path, plane, token, job.name, job.uid, nodes)
+    results = launch(made, 120)
+    assert all(r.exit_code == 0 for r in results), explain(results)
+    tables = local_tables(results)
+    assert len(tables) == 1 and None not in tables, explain(results)
+    table = tables.pop()
+    assert table is not None
+    assert table.decode() == table_in_api(admin, job)  # byte for byte what node 0 stored
+    doc = json.loads(table)
+    assert [s["container_ip"] for s in doc["server_list"]] == [
+        n.env["K8S_POD_IP"] for n in made]
+    for node in made:  # written locally, as on the volume
+        assert (node.state_dir.parent / "master").read_text().strip() == made[0].env[
+            "K8S_POD_IP"]
+        assert (node.state_dir.parent / "world_size").read_text().strip() == str(nodes * 2)
+        assert (node.state_dir / "source_mul_env.sh").is_file()
+    assert not (tmp_path / "shared" / ".ascend-node").exists()  # nothing on any volume
+    for name in ([object_name(job.name, "attempt")]
+                 + [object_name(job.name, "node", g) for g in range(nodes)]):
+        owners = admin.get(CONFIGMAPS, name)["metadata"]["ownerReferences"]
+        assert [(o["kind"], o["name"], o["uid"]) for o in owners] == [
+            ("Job", job.name, job.uid)]
+    REQUESTS[nodes] = [requests_of(r) for r in results]
+    print(f"API requests per pod at {nodes} nodes: {REQUESTS[nodes]}")
+
+
+def test_a_node_that_never_comes_is_named_at_the_deadline(
+        tmp_path: Path, plane: Plane, admin: Client) -> None:
+    job = JobIdentity(NS, "absent-4", str(uuid.uuid4()))
+    token = grant(plane, admin, job.name, 4)
+    made = kube_nodes(tmp_path, plane, token, job.name, job.uid, 4, timeout=12)
+    results = launch(made[:3], 90)  # worker 2 (node 3) never starts
+    assert [r.exit_code for r in results] == [4, 4, 4], explain(results)
+    assert "1 of 4 missing: worker 2 (node 3)" in results[0].cause, explain(results)
+    for r in results[1:]:
+        assert "waiting for worker 2 (node 3)" in r.cause, explain(results)
+
+
+def test_a_role_missing_a_verb_is_one_line_and_exit_1_before_any_wait(
+        tmp_path: Path, plane: Plane, admin: Client) -> None:
+    job = JobIdentity(NS, "noupdate-2", str(uuid.uuid4()))
+    token = grant(plane, admin, job.name, 2, drop_verb="update")
+    made = kube_nodes(tmp_path, plane, token, job.name, job.uid, 2, timeout=60)
+    t0 = time.monotonic()
+    results = launch(made, 120)
+    assert [r.exit_code for r in results] == [1, 1], explain(results)
+    assert max(r.seconds for r in results) < 30, explain(results)  # not the 60 s timeout
+    for r in results:
+        assert re.search(r'forbids update configmaps "noupdate-2-rdzv-(attempt|node-1)" in '
+                         f'namespace "{NS}"', r.cause), explain(results)
+        assert 'verbs: ["update"]' in r.cause and "manifest --rendezvous kube" in r.hint
+    assert time.monotonic() - t0 < 60
+
+
+def test_a_second_jobs_serviceaccount_cannot_write_this_jobs_objects(
+        tmp_path: Path, plane: Plane, admin: Client) -> None:
+    job = JobIdentity(NS, "first-2", str(uuid.uuid4()))
+    token = grant(plane, admin, job.name, 2)
+    results = launch(kube_nodes(tmp_path, plane, token, job.name, job.uid, 2), 120)
+    assert [r.exit_code for r in results] == [0, 0], explain(results)
+    other = _client(plane, grant(plane, admin, "second-2", 2))
+    mine = admin.get(CONFIGMAPS, object_name(job.name, "attempt"))
+    forged = json.loads(json.dumps(mine))
+    forged["data"]["outcome.json"] = "{}"
+    with pytest.raises(Forbidden) as info:
+        other.replace(CONFIGMAPS, forged)
+    assert 'update configmaps "first-2-rdzv-attempt"' in str(info.value)
+    with pytest.raises(Forbidden):
+        other.get(CONFIGMAPS, object_name(job.name, "node", 1))
+    # create is not restricted by name in RBAC, but the name is taken: nothing replaced
+    with pytest.raises(AlreadyExists):
+        other.create(CONFIGMAPS, {"apiVersion": "v1", "kind": "ConfigMap",
+                                  "metadata": {"name": object_name(job.name, "node", 1)},
+                                  "data": {}})
+    assert admin.get(CONFIGMAPS, object_name(job.name, "attempt"))["data"] == mine["data"]
+
+
+def test_a_restart_with_a_bumped_job_version_opens_a_new_attempt_and_table(
+        tmp_path: Path, plane: Plane, admin: Client) -> None:
+    job = JobIdentity(NS, "restart-2", str(uuid.uuid4()))
+    token = grant(plane, admin, job.name, 2)
+    first = launch(kube_nodes(tmp_path / "a", plane, token, job.name, job.uid, 2,
+                              ASCEND_NODE_JOB_VERSION="0"), 120)
+    assert [r.exit_code for r in first] == [0, 0], explain(first)
+    attempt1 = json.loads(admin.get(CONFIGMAPS, object_name(job.name, "attempt"))
+                          ["data"]["attempt.json"])["attempt_id"]
+    again = kube_nodes(tmp_path / "b", plane, token, job.name, job.uid, 2,
+                       ASCEND_NODE_JOB_VERSION="1")
+    for node in again:  # RestartJob re-creates every pod: new pods, new addresses
+        ip = node.env["K8S_POD_IP"].rsplit(".", 1)
+        node.env["K8S_POD_IP"] = f"{ip[0]}.{int(ip[1]) + 100}"
+    second = launch(again, 120)
+    assert [r.exit_code for r in second] == [0, 0], explain(second)
+    attempt = json.loads(admin.get(CONFIGMAPS, object_name(job.name, "attempt"))
+                         ["data"]["attempt.json"])
+    assert attempt["attempt_id"] != attempt1 and attempt["job_version"] == 1
+    assert "the job was restarted: job version 1" in attempt["reason"]
+    tables = local_tables(second)
+    assert len(tables) == 1 and tables != local_tables(first), explain(second)
+    table = json.loads(tables.pop() or b"{}")
+    assert [s["container_ip"] for s in table["server_list"]] == [
+        n.env["K8S_POD_IP"] for n in again]
+
+
+def test_an_api_server_stopped_for_the_whole_wait_is_named_and_exit_4(
+        tmp_path: Path, plane: Plane, admin: Client) -> None:
+    job = JobIdentity(NS, "frozen-2", str(uuid.uuid4()))
+    token = grant(plane, admin, job.name, 2)
+    made = kube_nodes(tmp_path, plane, token, job.name, job.uid, 2, timeout=10)
+    os.kill(plane.api.pid, signal.SIGSTOP)
+    try:
+        results = launch(made, 60)
+    finally:
+        os.kill(plane.api.pid, signal.SIGCONT)
+    assert [r.exit_code for r in results] == [4, 4], explain(results)
+    for r in results:
+        assert "the API server does not answer" in r.cause and plane.url in r.cause, \
+            explain(results)
+        assert r.seconds < 10 + 15, explain(results)  # the deadline, plus one call's time-out
+        assert "retrying until the deadline" in r.stderr  # progress lines say so
