@@ -292,3 +292,28 @@ def test_an_api_server_stopped_for_the_whole_wait_is_named_and_exit_4(
             explain(results)
         assert r.seconds < 10 + 15, explain(results)  # the deadline, plus one call's time-out
         assert "retrying until the deadline" in r.stderr  # progress lines say so
+
+
+KUBE_MODULES = ["ascend_node.chain.kube_table", "ascend_node.kube", "ascend_node.kube.client",
+                "ascend_node.kube.config", "ascend_node.kube.errors", "ascend_node.kube.mirror",
+                "ascend_node.kube.resources", "ascend_node.rendezvous.kube_docs",
+                "ascend_node.rendezvous.kube_layout", "ascend_node.rendezvous.kube_participant"]
+
+
+def test_the_api_path_imports_the_volumes_modules_and_the_client_only(
+        tmp_path: Path, plane: Plane, admin: Client) -> None:
+    """tests/pod_imports.json pins the volume's `ranktable`; through the API a pod loads
+    exactly those modules, less the volume's chain step, plus the client and the kube
+    rendezvous' own: no third-party package more (no PyYAML, no kubernetes client)."""
+    from tests.test_pod_imports import PINNED, _imports
+
+    job = JobIdentity(NS, "imports-1", str(uuid.uuid4()))
+    token = grant(plane, admin, job.name, 1)
+    node = kube_nodes(tmp_path, plane, token, job.name, job.uid, 1)[0]
+    from ascend_node.sim.fake_tools import write_node_data
+    write_node_data(node.data_dir, node.devices)
+    found, done = _imports(["ranktable"], {**node.env, "ASCEND_NODE_PREFLIGHT": "strict"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    pinned = PINNED["ranktable"]
+    assert found["third_party"] == pinned["third_party"]
+    assert sorted(set(found["ascend_node"]) - set(pinned["ascend_node"])) == KUBE_MODULES

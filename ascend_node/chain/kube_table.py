@@ -24,7 +24,13 @@ from pathlib import Path
 from typing import Optional
 
 from ascend_node import events, logs
-from ascend_node.chain.table import check_hccl_values, discover, member_data
+from ascend_node.chain.table import (
+    check_hccl_values,
+    discover,
+    member_data,
+    source_for,
+    table_source,
+)
 from ascend_node.discover import devices as dev
 from ascend_node.discover.hostinfo import identify
 from ascend_node.errors import AscendNodeError, ConfigError
@@ -43,6 +49,22 @@ from ascend_node.sources.base import SourceChoice, TableResult
 log = logging.getLogger("ascend_node")
 
 SERVICE_ACCOUNT_DIR_ENV = "ASCEND_NODE_SERVICE_ACCOUNT_DIR"  # testing knob (module docstring)
+
+
+def ranktable(
+    settings: Settings, environ: Mapping[str, str], started: float, command: str = "ranktable",
+    preflight: str = "off", launcher: Optional[str] = None,
+) -> TableResult:
+    """`chain.table.ranktable` for `--rendezvous kube`: MindCluster's hccl.json still wins
+    where `--table-source` chooses it; otherwise the pods meet through the API."""
+    choice = table_source(settings)
+    if choice.source == "mindcluster":
+        log.info("rank table source: %s (%s)", choice.source, choice.why)
+        return source_for(choice, launcher).build(settings, environ, started, command,
+                                                  preflight)
+    log.info("rank table source: the rendezvous through the Kubernetes API (%s)",
+             settings.sources.get("rendezvous", "--rendezvous kube"))
+    return KubeSource(choice, launcher).build(settings, environ, started, command, preflight)
 
 
 class KubeSource:

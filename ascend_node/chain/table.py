@@ -184,27 +184,18 @@ def ranktable(
     (`handoff.device_ids`).
     """
     choice = table_source(settings)
-    if choice.source == "volume" and settings.rendezvous == "kube":
-        log.info("rank table source: the rendezvous through the Kubernetes API (%s)",
-                 settings.sources.get("rendezvous", "--rendezvous kube"))
-    else:
-        log.info("rank table source: %s (%s)", choice.source, choice.why)
-    return source_for(choice, launcher, settings.rendezvous).build(
-        settings, environ, started, command, preflight)
+    log.info("rank table source: %s (%s)", choice.source, choice.why)
+    return source_for(choice, launcher).build(settings, environ, started, command, preflight)
 
 
-def source_for(choice: SourceChoice, launcher: Optional[str] = None,
-               rendezvous: str = "volume") -> TableSource:
-    """The `TableSource` for a choice; MindCluster's module, and the API client of the
-    rendezvous through the API (`--rendezvous kube`), are imported only when chosen."""
+def source_for(choice: SourceChoice, launcher: Optional[str] = None) -> TableSource:
+    """The `TableSource` for a choice; MindCluster's module is imported only when chosen.
+    (The rendezvous through the API is `chain.kube_table.ranktable`, which the command
+    line calls instead of this module's for `--rendezvous kube`.)"""
     if choice.source == "mindcluster":
         from ascend_node.sources.mindcluster import MindClusterSource
 
         return MindClusterSource(choice)
-    if rendezvous == "kube":
-        from ascend_node.chain.kube_table import KubeSource
-
-        return KubeSource(choice, launcher)
     return VolumeSource(choice, launcher)
 
 

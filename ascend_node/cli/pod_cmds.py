@@ -138,6 +138,18 @@ def discover(
               f"{settings.table_version} [{settings.sources.get('table_version')}]")
 
 
+def _ranktable_step(rendezvous: str) -> Any:
+    """Steps 1-5 for the chosen rendezvous; the API's client is imported only for `kube`
+    (tests/pod_imports.json)."""
+    if rendezvous == "kube":
+        from ascend_node.chain.kube_table import ranktable as through_api
+
+        return through_api
+    from ascend_node.chain.table import ranktable as on_volume
+
+    return on_volume
+
+
 @app.command(rich_help_panel=IN_THE_POD)
 def ranktable(
     shared_dir: SharedDir = None, run_id: RunId = None, timeout: Timeout = None,
@@ -154,11 +166,11 @@ def ranktable(
     box: dict[str, Any] = {}
     with exit_codes(debug_on(debug), _status_writer(box, "ranktable")):
         signal.signal(signal.SIGTERM, on_sigterm)
-        from ascend_node.chain.table import ranktable as run_ranktable
         from ascend_node.handoff.outputs import StatusDoc, write_status
 
         settings = _placed(settings_from(verbose, **option_flags(locals())), verbose)
         box["settings"] = settings
+        run_ranktable = _ranktable_step(settings.rendezvous)
         from ascend_node.preflight.policy import effective_policy
 
         result = run_ranktable(settings, os.environ, STARTED,
@@ -220,10 +232,10 @@ def boot(
         signal.signal(signal.SIGTERM, on_sigterm)
         from ascend_node.chain.boot import boot as run_boot
         from ascend_node.chain.boot import boot_options_from_env
-        from ascend_node.chain.table import ranktable as run_ranktable
 
         settings = _placed(settings_from(verbose, **option_flags(locals())), verbose)
         box["settings"] = settings
+        run_ranktable = _ranktable_step(settings.rendezvous)
         opts = boot_options_from_env(os.environ, launcher, list(ctx.args), https,
                                      model_name, model_weight_path, model_dir, launcher_args)
         from ascend_node.preflight.policy import effective_policy
