@@ -167,7 +167,7 @@ def table_in_api(admin: Client, job: JobIdentity) -> str:
 REQUESTS: dict[int, list[int]] = {}
 
 
-@pytest.mark.parametrize("nodes", [2, 4])
+@pytest.mark.parametrize("nodes", [2, 4, 8])
 def test_every_pod_holds_the_same_table_without_a_shared_directory(
         tmp_path: Path, plane: Plane, admin: Client, nodes: int) -> None:
     job = JobIdentity(NS, f"same-{nodes}", str(uuid.uuid4()))

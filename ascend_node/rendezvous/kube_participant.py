@@ -75,6 +75,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("ascend_node.rendezvous")
 
 ABORT_GRACE = 5.0  # as on the volume (`assembler.ABORT_GRACE`)
+PROGRESS_EVERY = 1.0  # seconds between node 0's progress writes, at most one a second
 
 
 def _json(doc: Any) -> str:
@@ -331,6 +332,7 @@ class KubeRendezvous:
         last_progress: Optional[tuple[tuple[int, ...], tuple[int, ...]]] = None
         progress_obj: Optional[dict[str, Any]] = self._get(self._name("progress"))
         abort_since: Optional[float] = None
+        last_written = -1e9
         for _change in mirror.changes():
             mirror.tick = self._tick()
             slots = self._slots(attempt_id, mirror.objects)
@@ -352,8 +354,10 @@ class KubeRendezvous:
             abort_since = None
             key = (verdict.present, verdict.missing)
             now = self.clock()
-            if key != last_progress:
-                last_progress = key
+            if key != last_progress and now - last_written >= PROGRESS_EVERY:
+                # At most one write a second: at 1,024 pods arriving one by one, not one
+                # write per arrival (a TICK comes back for the last change, `_tick`).
+                last_progress, last_written = key, now
                 doc = ProgressDoc(run_id=self.run_id, attempt_id=attempt_id,
                                   node_count=self.identity.node_count,
                                   present=verdict.present, missing=verdict.missing)
