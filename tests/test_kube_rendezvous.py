@@ -317,3 +317,20 @@ def test_the_api_path_imports_the_volumes_modules_and_the_client_only(
     pinned = PINNED["ranktable"]
     assert found["third_party"] == pinned["third_party"]
     assert sorted(set(found["ascend_node"]) - set(pinned["ascend_node"])) == KUBE_MODULES
+
+
+def test_a_follower_that_fails_locally_ends_the_rendezvous_at_once(
+        tmp_path: Path, plane: Plane, admin: Client) -> None:
+    """Its failure document in its slot: node 0 aborts with its cause (5) long before the
+    timeout, as on the volume; the failed pod exits with its own cause (1)."""
+    job = JobIdentity(NS, "localfail-2", str(uuid.uuid4()))
+    token = grant(plane, admin, job.name, 2)
+    made = kube_nodes(tmp_path, plane, token, job.name, job.uid, 2, timeout=60)
+    made[1].env["ASCEND_NODE_DEVICES"] = "0,x"
+    made[1].start_delay = 2.0  # node 0 has opened its attempt
+    results = launch(made, 120)
+    assert [r.exit_code for r in results] == [5, 1], explain(results)
+    assert "ASCEND_NODE_DEVICES" in results[1].cause
+    assert "worker 0 (node 1)" in results[0].cause and "ASCEND_NODE_DEVICES" in \
+        results[0].cause, explain(results)
+    assert results[0].seconds < 40, explain(results)

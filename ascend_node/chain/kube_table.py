@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -33,15 +32,17 @@ from ascend_node.chain.table import (
 )
 from ascend_node.discover import devices as dev
 from ascend_node.discover.hostinfo import identify
+from ascend_node.discover.identity import NodeIdentity
 from ascend_node.errors import AscendNodeError, ConfigError
 from ascend_node.handoff.device_ids import mindie_device_problem
 from ascend_node.handoff.outputs import StatusDoc, write_status, write_table_outputs
 from ascend_node.kube.client import Client
 from ascend_node.kube.config import SERVICE_ACCOUNT_DIR, in_cluster
+from ascend_node.kube.resources import CONFIGMAPS
 from ascend_node.preflight.policy import node0_judge
 from ascend_node.preflight.probe import HealthProbe, NodeProbe
 from ascend_node.preflight.record import record_cluster
-from ascend_node.rendezvous.kube_layout import job_identity
+from ascend_node.rendezvous.kube_layout import job_identity, object_name
 from ascend_node.rendezvous.kube_participant import KubeRendezvous
 from ascend_node.settings import Settings
 from ascend_node.sources.base import SourceChoice, TableResult
@@ -99,6 +100,7 @@ def ranktable_through_api(
     write_status(settings.state_dir, status)
     events.start_run(settings.state_dir, command, started, run_id, source="kube")
     probe: Optional[HealthProbe] = None
+    identity: Optional[NodeIdentity] = None
     try:
         with events.phase("discovery") as detail:
             identity = identify(environ)
@@ -115,9 +117,16 @@ def ranktable_through_api(
             check_hccl_values(environ, preflight)
             health, probe_seconds, probe_wait = probe.result([d.ip for d in found.devices])
             detail.update(node=identity.name, devices=len(found.devices))
-    except AscendNodeError:
+    except AscendNodeError as exc:
         if probe is not None:
             probe.cancel()
+        if identity is not None and identity.global_index != 0:
+            wait = max(0.0, min(5.0, deadline - time.monotonic()))
+            aid = KubeRendezvous(client=client, job=job, run_id=run_id, identity=identity,
+                                 data=None, deadline=deadline,  # type: ignore[arg-type]
+                                 timeout=settings.timeout).publish_failure(exc.cause, wait)
+            if aid:
+                log.info("published this node's failure into attempt %s", aid)
         raise
     write_status(settings.state_dir, status.replace(phase="rendezvous", node=identity.name))
     log.info("%d devices (%s), pod IP %s; joining vcjob %s/%s through the API as %s of %d",
@@ -154,6 +163,7 @@ def ranktable_through_api(
     seconds = time.monotonic() - started
     log.info("rank table ready (attempt %s, %d servers, world size %s) in %.2f s",
              outcome.attempt_id, len(table["server_list"]), env["WORLD_SIZE"], seconds)
+    # Where the shared copy is: the first part's path in the API (`ranktable --json`).
+    shared = Path(CONFIGMAPS.path(job.namespace, object_name(job.name, "table", 0)))
     return TableResult(found, run_id, outcome.attempt_id, table, outcome.ranktable_text, env,
-                       Path(os.devnull), seconds, started, preflight, cluster, None,
-                       on_volume=False)
+                       shared, seconds, started, preflight, cluster, None, on_volume=False)
