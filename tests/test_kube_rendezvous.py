@@ -23,7 +23,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 from urllib.parse import urlsplit
 
 import pytest
@@ -334,3 +334,34 @@ def test_a_follower_that_fails_locally_ends_the_rendezvous_at_once(
     assert "worker 0 (node 1)" in results[0].cause and "ASCEND_NODE_DEVICES" in \
         results[0].cause, explain(results)
     assert results[0].seconds < 40, explain(results)
+
+
+def test_an_api_server_stopped_in_the_middle_of_the_wait_lets_it_complete(
+        tmp_path: Path, plane: Plane, admin: Client) -> None:
+    """Stopped for 6 s while node 0 and a follower wait (their watches and calls hang and
+    time out), started again before the last pod comes: the progress lines name the API
+    server, the role runs again from what the API holds, and every pod gets one table."""
+    job = JobIdentity(NS, "paused-3", str(uuid.uuid4()))
+    token = grant(plane, admin, job.name, 3)
+    made = kube_nodes(tmp_path, plane, token, job.name, job.uid, 3, timeout=90)
+    made[2].start_delay = 12.0
+    state = {"stopped": False, "resumed": False}
+
+    def tick(elapsed: float, _ended: Any, _running: Any) -> None:
+        if elapsed >= 4.0 and not state["stopped"]:
+            state["stopped"] = True
+            os.kill(plane.api.pid, signal.SIGSTOP)
+        if elapsed >= 10.0 and not state["resumed"]:
+            state["resumed"] = True
+            os.kill(plane.api.pid, signal.SIGCONT)
+
+    try:
+        results = launch(made, 150, on_tick=tick)
+    finally:
+        os.kill(plane.api.pid, signal.SIGCONT)
+    assert state["resumed"]
+    assert [r.exit_code for r in results] == [0, 0, 0], explain(results)
+    tables = local_tables(results)
+    assert len(tables) == 1 and None not in tables, explain(results)
+    assert any("the API server does not answer" in r.stderr for r in results[:2]), \
+        explain(results)
