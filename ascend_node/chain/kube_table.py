@@ -43,7 +43,7 @@ from ascend_node.preflight.policy import node0_judge
 from ascend_node.preflight.probe import HealthProbe, NodeProbe
 from ascend_node.preflight.record import record_cluster
 from ascend_node.rendezvous.kube_layout import job_identity, object_name
-from ascend_node.rendezvous.kube_participant import KubeRendezvous
+from ascend_node.rendezvous.kube_participant import KubeRendezvous, publish_failure
 from ascend_node.settings import Settings
 from ascend_node.sources.base import SourceChoice, TableResult
 
@@ -122,9 +122,7 @@ def ranktable_through_api(
             probe.cancel()
         if identity is not None and identity.global_index != 0:
             wait = max(0.0, min(5.0, deadline - time.monotonic()))
-            aid = KubeRendezvous(client=client, job=job, run_id=run_id, identity=identity,
-                                 data=None, deadline=deadline,  # type: ignore[arg-type]
-                                 timeout=settings.timeout).publish_failure(exc.cause, wait)
+            aid = publish_failure(client, job, run_id, identity, exc.cause, wait)
             if aid:
                 log.info("published this node's failure into attempt %s", aid)
         raise

@@ -82,6 +82,64 @@ def _json(doc: Any) -> str:
     return str(doc.model_dump_json())
 
 
+def get_object(client: Client, name: str) -> Optional[dict[str, Any]]:
+    """The ConfigMap `name`, or None when there is none."""
+    try:
+        return client.get(CONFIGMAPS, name)
+    except NotFound:
+        return None
+
+
+def put_object(client: Client, new: dict[str, Any], current: Optional[dict[str, Any]]
+               ) -> Optional[dict[str, Any]]:
+    """Create `new` where nothing was read, else replace what was read at its version
+    (taking over an object that is not this job's the same way): never a blind write.
+    None when another writer was first (409): the caller reads again and decides again."""
+    try:
+        if current is None:
+            return client.create(CONFIGMAPS, new)
+        new["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+        return client.replace(CONFIGMAPS, new)
+    except (AlreadyExists, Conflict) as exc:
+        log.info("%s; reading it again", exc.cause)
+        return None
+
+
+def publish_failure(client: Client, job: JobIdentity, run_id: str, identity: NodeIdentity,
+                    cause: str, wait: float, clock: Callable[[], float] = time.monotonic,
+                    sleep: Callable[[float], None] = time.sleep) -> Optional[str]:
+    """A follower that failed before the rendezvous (no IP, a tool that failed) leaves a
+    failure document in its slot of the current attempt, so node 0 aborts with its cause
+    and every pod exits 5 at once instead of 4 at the timeout (as on the volume,
+    `failures.publish_failure`). Waits up to `wait` s for an attempt; never raises: the
+    local failure is what the user must see. The attempt id used, or None."""
+    end = clock() + wait
+    slot = object_name(job.name, "node", identity.global_index)
+    try:
+        while True:
+            client.timeout = max(1.0, min(5.0, end - clock()))
+            current = get_object(client, object_name(job.name, "attempt"))
+            attempt, outcome, _ = kube_docs.attempt_state(job, current, run_id)
+            if attempt is not None and attempt.conflict is None:
+                if outcome is not None:
+                    return None
+                doc = FailureDoc(run_id=run_id, attempt_id=attempt.attempt_id,
+                                 incarnation=identity.incarnation,
+                                 global_index=identity.global_index, cause=cause[:2000])
+                for _ in range(3):
+                    obj = document_object(job, "node", identity.global_index,
+                                          slot_json=_json(doc))
+                    if put_object(client, obj, get_object(client, slot)) is not None:
+                        return attempt.attempt_id
+                return None
+            if clock() >= end:
+                return None
+            sleep(0.5)
+    except KubeError as exc:
+        log.debug("published no failure: %s", exc.cause)
+        return None
+
+
 @dataclass
 class KubeRendezvous:
     """One pod's part in the rendezvous through the API; `run` returns the outcome with the
@@ -182,24 +240,11 @@ class KubeRendezvous:
     # -- reads and guarded writes ------------------------------------------------------
 
     def _get(self, name: str) -> Optional[dict[str, Any]]:
-        try:
-            return self.client.get(CONFIGMAPS, name)
-        except NotFound:
-            return None
+        return get_object(self.client, name)
 
     def _put(self, new: dict[str, Any], current: Optional[dict[str, Any]]
              ) -> Optional[dict[str, Any]]:
-        """Create `new` where nothing was read, else replace what was read at its version
-        (taking over an object that is not this job's the same way). None when another
-        writer was first (409): the caller reads again and decides again."""
-        try:
-            if current is None:
-                return self.client.create(CONFIGMAPS, new)
-            new["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
-            return self.client.replace(CONFIGMAPS, new)
-        except (AlreadyExists, Conflict) as exc:
-            log.info("%s; reading it again", exc.cause)
-            return None
+        return put_object(self.client, new, current)
 
     def _member_doc(self, attempt_id: str, contested: bool) -> MemberDoc:
         return MemberDoc(
@@ -251,41 +296,6 @@ class KubeRendezvous:
         if problem is not None:
             raise ClusterInconsistent(problem, "restart the whole job; exit 5 is not retryable")
         return full
-
-    # -- a local failure -------------------------------------------------------------
-
-    def publish_failure(self, cause: str, wait: float) -> Optional[str]:
-        """A follower that failed before the rendezvous (no IP, a tool that failed) leaves
-        a failure document in its slot of the current attempt, so node 0 aborts with its
-        cause and every pod exits 5 at once instead of 4 at the timeout (as on the volume,
-        `failures.publish_failure`). Waits up to `wait` s for an attempt; never raises:
-        the local failure is what the user must see. The attempt id used, or None."""
-        end = self.clock() + wait
-        try:
-            while True:
-                self.client.timeout = max(1.0, min(5.0, end - self.clock()))
-                current = self._get(self._name("attempt"))
-                attempt, outcome, _ = kube_docs.attempt_state(self.job, current, self.run_id)
-                if attempt is not None and attempt.conflict is None:
-                    if outcome is not None:
-                        return None
-                    aid = attempt.attempt_id
-                    doc = FailureDoc(run_id=self.run_id, attempt_id=aid,
-                                     incarnation=self.identity.incarnation,
-                                     global_index=self.index, cause=cause[:2000])
-                    name = self._name("node", self.index)
-                    for _ in range(3):
-                        obj = document_object(self.job, "node", self.index,
-                                              slot_json=_json(doc))
-                        if self._put(obj, self._get(name)) is not None:
-                            return aid
-                    return None
-                if self.clock() >= end:
-                    return None
-                self.sleep(0.5)
-        except KubeError as exc:
-            log.debug("published no failure: %s", exc.cause)
-            return None
 
     # -- node 0 ------------------------------------------------------------------------
 
