@@ -365,3 +365,19 @@ def test_an_api_server_stopped_in_the_middle_of_the_wait_lets_it_complete(
     assert len(tables) == 1 and None not in tables, explain(results)
     assert any("the API server does not answer" in r.stderr for r in results[:2]), \
         explain(results)
+
+
+def test_node_0_failing_locally_ends_every_pod_at_once(
+        tmp_path: Path, plane: Plane, admin: Client) -> None:
+    """Node 0 opens an attempt and aborts it with its cause: the followers that joined it
+    exit 5 naming node 0's failure, long before their timeout."""
+    job = JobIdentity(NS, "node0fail-3", str(uuid.uuid4()))
+    token = grant(plane, admin, job.name, 3)
+    made = kube_nodes(tmp_path, plane, token, job.name, job.uid, 3, timeout=60)
+    made[0].env["ASCEND_NODE_DEVICES"] = "0,x"
+    results = launch(made, 120)
+    assert [r.exit_code for r in results] == [1, 5, 5], explain(results)
+    for r in results[1:]:
+        assert "master 0 (node 0) failed" in r.cause and "ASCEND_NODE_DEVICES" in r.cause, \
+            explain(results)
+        assert r.seconds < 40, explain(results)

@@ -43,7 +43,11 @@ from ascend_node.preflight.policy import node0_judge
 from ascend_node.preflight.probe import HealthProbe, NodeProbe
 from ascend_node.preflight.record import record_cluster
 from ascend_node.rendezvous.kube_layout import job_identity, object_name
-from ascend_node.rendezvous.kube_participant import KubeRendezvous, publish_failure
+from ascend_node.rendezvous.kube_participant import (
+    KubeRendezvous,
+    node0_failure,
+    publish_failure,
+)
 from ascend_node.settings import Settings
 from ascend_node.sources.base import SourceChoice, TableResult
 
@@ -120,9 +124,13 @@ def ranktable_through_api(
     except AscendNodeError as exc:
         if probe is not None:
             probe.cancel()
-        if identity is not None and identity.global_index != 0:
-            wait = max(0.0, min(5.0, deadline - time.monotonic()))
-            aid = publish_failure(client, job, run_id, identity, exc.cause, wait)
+        if identity is not None:
+            # The peers hear of it now (5), not at their timeout (4), as on the volume.
+            if identity.global_index == 0:
+                aid = node0_failure(client, job, run_id, identity, exc.cause, deadline)
+            else:
+                wait = max(0.0, min(5.0, deadline - time.monotonic()))
+                aid = publish_failure(client, job, run_id, identity, exc.cause, wait)
             if aid:
                 log.info("published this node's failure into attempt %s", aid)
         raise

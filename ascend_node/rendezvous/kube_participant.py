@@ -140,6 +140,50 @@ def publish_failure(client: Client, job: JobIdentity, run_id: str, identity: Nod
         return None
 
 
+def node0_failure(client: Client, job: JobIdentity, run_id: str, identity: NodeIdentity,
+                  cause: str, deadline: float, clock: Callable[[], float] = time.monotonic,
+                  sleep: Callable[[float], None] = time.sleep) -> Optional[str]:
+    """Node 0 failed before assembling: open an attempt and abort it with the cause, as on
+    the volume (`failures.node0_failure`). It waits the abort grace first, so that peers
+    starting with it join the attempt and exit 5 at once (followers that join it are its
+    participants). Never raises; the attempt id, or None when nothing was written."""
+    name = object_name(job.name, "attempt")
+    try:
+        client.timeout = max(1.0, min(5.0, deadline - clock()))
+        attempt = AttemptDoc(run_id=run_id, attempt_id=f"{int(time.time())}-"
+                             f"{secrets.token_hex(4)}", opened_by=identity.incarnation,
+                             node_count=identity.node_count,
+                             master_count=identity.master_count,
+                             reason="node 0 failed locally", job_version=identity.job_version)
+        written = put_object(client, document_object(job, "attempt",
+                                                     attempt_json=_json(attempt)),
+                             get_object(client, name))
+        if written is None:
+            return None
+        participants = {identity.incarnation}
+        end = min(clock() + ABORT_GRACE, deadline)
+        while True:
+            found = client.list(CONFIGMAPS, f"{JOB_UID_LABEL}={job.uid},{OBJECT_LABEL}=node")
+            for obj in found.get("items") or []:
+                state = kube_docs.slot_state(job, obj, run_id, attempt.attempt_id)
+                if isinstance(state, (MemberDoc, FailureDoc)):
+                    participants.add(state.incarnation)
+            if len(participants) >= identity.node_count or clock() >= end:
+                break
+            sleep(0.5)
+        outcome = OutcomeDoc(
+            run_id=run_id, attempt_id=attempt.attempt_id, result="abort",
+            reason=f"{node_name(0, identity.master_count)} failed: {cause[:2000]}",
+            nodes=(0,), participants=tuple(sorted(participants)),
+            failed_by=identity.incarnation)
+        done = put_object(client, document_object(job, "attempt", attempt_json=_json(attempt),
+                                                  outcome_json=_json(outcome)), written)
+        return attempt.attempt_id if done is not None else None
+    except KubeError as exc:
+        log.debug("published no failure: %s", exc.cause)
+        return None
+
+
 @dataclass
 class KubeRendezvous:
     """One pod's part in the rendezvous through the API; `run` returns the outcome with the
