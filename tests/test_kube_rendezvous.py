@@ -40,7 +40,7 @@ from ascend_node.rendezvous.kube_layout import (
     service_account_name,
     table_part,
 )
-from ascend_node.sim.cluster import NodeResult, SimNode, launch
+from ascend_node.sim.cluster import NodeResult, SimNode, SimSpec, launch, prepare
 from tests.cluster_helpers import explain, make_nodes
 from tests.kube_apiserver import Plane, binaries, control_plane
 
@@ -120,9 +120,14 @@ def grant(plane: Plane, admin: Client, job: str, nodes: int,
 
 
 def kube_nodes(tmp: Path, plane: Plane, token: str, job: str, uid: str, nodes: int,
-               timeout: float = 40.0, **env: str) -> list[SimNode]:
+               timeout: float = 40.0, boot: bool = False, **env: str) -> list[SimNode]:
     """Simulated pods of vcjob `job` meeting through the API, with no shared directory."""
-    made = make_nodes(tmp, nodes, devices=2, timeout=timeout, run_id="t", **env)
+    if boot:  # into the fake MindIE daemon, as a pod of `manifest --kind mindie` does
+        made = prepare(SimSpec(nodes=nodes, devices=2, run_id="t", timeout=timeout, boot=True,
+                               extra_env={"ASCEND_NODE_PROGRESS_INTERVAL": "1", **env}),
+                       tmp / "work", tmp / "shared")
+    else:
+        made = make_nodes(tmp, nodes, devices=2, timeout=timeout, run_id="t", **env)
     url = urlsplit(plane.url)
     for node in made:
         sa_dir = node.state_dir.parent / "serviceaccount"
@@ -381,3 +386,23 @@ def test_node_0_failing_locally_ends_every_pod_at_once(
         assert "master 0 (node 0) failed" in r.cause and "ASCEND_NODE_DEVICES" in r.cause, \
             explain(results)
         assert r.seconds < 40, explain(results)
+
+
+def test_boot_execs_mindie_with_the_table_met_through_the_api(
+        tmp_path: Path, plane: Plane, admin: Client) -> None:
+    """The whole chain after the rendezvous through the API: the MindIE daemon starts on
+    every pod with the same table, its master and world size, and no shared volume."""
+    job = JobIdentity(NS, "boot-2", str(uuid.uuid4()))
+    token = grant(plane, admin, job.name, 2)
+    (tmp_path / "shared").mkdir()
+    made = kube_nodes(tmp_path, plane, token, job.name, job.uid, 2, timeout=60, boot=True)
+    results = launch(made, 120)
+    assert [r.exit_code for r in results] == [0, 0], explain(results)
+    assert len(local_tables(results)) == 1, explain(results)
+    for node, r in zip(made, results):
+        assert "Daemon start success!" in r.stdout, explain(results)
+        report = (r.state_dir.parent / "daemon-report.txt").read_text().splitlines()
+        env = dict(ln.split("=", 1) for ln in report[1:] if "=" in ln)
+        assert env["MIES_CONTAINER_IP"] == node.env["K8S_POD_IP"]
+        assert env["MASTER_IP"] == made[0].env["K8S_POD_IP"] and env["WORLD_SIZE"] == "4"
+    assert list((tmp_path / "shared").iterdir()) == []
