@@ -406,3 +406,30 @@ def test_boot_execs_mindie_with_the_table_met_through_the_api(
         assert env["MIES_CONTAINER_IP"] == node.env["K8S_POD_IP"]
         assert env["MASTER_IP"] == made[0].env["K8S_POD_IP"] and env["WORLD_SIZE"] == "4"
     assert list((tmp_path / "shared").iterdir()) == []
+
+
+def test_two_live_pods_claiming_one_index_end_with_5(
+        tmp_path: Path, plane: Plane, admin: Client) -> None:
+    """The second twin finds the slot held by another live pod's document and marks its own
+    contested; node 0 then settles a progress interval instead of completing, the first
+    twin finds its slot overwritten and leaves a conflict document, and every pod exits 5
+    naming the index, as on the volume (`test_rendezvous_cluster.py`)."""
+    job = JobIdentity(NS, "twins-3", str(uuid.uuid4()))
+    token = grant(plane, admin, job.name, 3)
+    made = kube_nodes(tmp_path, plane, token, job.name, job.uid, 3, timeout=60)
+    twin = kube_nodes(tmp_path / "twin", plane, token, job.name, job.uid, 3, timeout=60)[2]
+    twin.env["K8S_POD_IP"] = "10.250.0.1"
+    twin.devices = [type(d)(d.device_id, f"10.99.0.{d.device_id + 1}") for d in twin.devices]
+    twin.index = 3
+    # The twin overwrites node 2's slot, and node 1 completes the set before node 2 looks
+    # at its slot again (every progress interval, 5 s here): node 0 must settle rather than
+    # complete (without the settle it completes with the twin's document: [0, 0, 5, 0]).
+    for node in (*made, twin):
+        node.env["ASCEND_NODE_PROGRESS_INTERVAL"] = "5"
+    made[2].start_delay = 0.3
+    twin.start_delay = 2.0
+    made[1].start_delay = 3.5
+    results = launch([*made, twin], 120)
+    assert [r.exit_code for r in results] == [5, 5, 5, 5], explain(results)
+    assert "two live pods claim worker 1 (node 2)" in results[0].cause, explain(results)
+    assert max(r.seconds for r in results) < 45, explain(results)

@@ -48,6 +48,7 @@ from ascend_node.rendezvous.kube_participant import (
     node0_failure,
     publish_failure,
 )
+from ascend_node.rendezvous.seal import KEY_ENV
 from ascend_node.settings import Settings
 from ascend_node.sources.base import SourceChoice, TableResult
 
@@ -97,6 +98,11 @@ def ranktable_through_api(
     preflight: str, launcher: Optional[str] = None,
 ) -> TableResult:
     deadline = started + settings.timeout
+    if settings.rendezvous_key_file is not None or environ.get(KEY_ENV):
+        # Documents in the API are not signed: RBAC decides who may write them (the Role
+        # names this job's objects only), where on a shared volume anyone who mounts it can.
+        log.warning("the rendezvous key is not used through the Kubernetes API: its Role "
+                    "decides who writes the job's objects (docs/rendezvous.md)")
     client = api_client(environ)
     job = job_identity(environ, client.namespace)
     run_id = settings.run_id or job.name

@@ -75,6 +75,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("ascend_node.rendezvous")
 
 ABORT_GRACE = 5.0  # as on the volume (`assembler.ABORT_GRACE`)
+SETTLE_MARGIN = 2.0  # seconds beyond a follower's re-read of its slot (a progress interval)
 PROGRESS_EVERY = 1.0  # seconds between node 0's progress writes, at most one a second
 
 
@@ -421,6 +422,7 @@ class KubeRendezvous:
         last_progress: Optional[tuple[tuple[int, ...], tuple[int, ...]]] = None
         progress_obj: Optional[dict[str, Any]] = self._get(self._name("progress"))
         abort_since: Optional[float] = None
+        settled: Optional[tuple[MemberDoc, ...]] = None
         last_written = -1e9
         for _change in mirror.changes():
             mirror.tick = self._tick()
@@ -429,7 +431,28 @@ class KubeRendezvous:
                                       self.identity.master_count, self.allow_uneven_devices,
                                       self.identity.job_version, self.table_version, self.judge)
             if isinstance(verdict, decide.Complete):
-                return self._complete(attempt_id, verdict.members, verdict.warnings)
+                if settled == verdict.members or not any(m.contested
+                                                         for m in verdict.members):
+                    return self._complete(attempt_id, verdict.members, verdict.warnings)
+                # A contested slot (its pod found another pod's document there: a twin, or
+                # a re-created pod's predecessor): give the other pod a look at its slot
+                # (a follower re-reads it every progress interval) to leave a conflict
+                # document, and complete only if nothing changed meanwhile (the volume's
+                # settle pass, `assembler.SETTLE_POLLS`).
+                settled = verdict.members
+                self.sleep(max(0.0, min(self.progress_interval + SETTLE_MARGIN,
+                                        self.deadline - self.clock())))
+                # Afresh: the watch may have ended while node 0 slept, and what was
+                # written since would only come with the next one.
+                mirror.relist()
+                again = decide.evaluate(self._slots(attempt_id, mirror.objects),
+                                        self.identity.node_count, self.identity.master_count,
+                                        self.allow_uneven_devices, self.identity.job_version,
+                                        self.table_version, self.judge)
+                if isinstance(again, decide.Complete) and again.members == settled:
+                    return self._complete(attempt_id, again.members, again.warnings)
+                continue
+            settled = None
             if isinstance(verdict, decide.Abort):
                 now = self.clock()
                 if abort_since is None:
@@ -538,11 +561,13 @@ class KubeRendezvous:
         my_state: decide.SlotState = None
         action: decide.FollowerAction = decide.WaitAttempt("node 0 has not opened an attempt yet")
         attempt: Optional[AttemptDoc] = None
-        for _change in mirror.changes():
+        for change in mirror.changes():
             mirror.tick = self._tick()
             current = mirror.objects.get(name)
             version = None if current is None else current["metadata"].get("resourceVersion")
-            if version != seen:
+            # Every progress interval (a TICK) a pod that has published looks at its slot
+            # again: a twin that overwrote it is found while node 0 settles.
+            if version != seen or (change.kind == "TICK" and published_in is not None):
                 seen = version
                 attempt, outcome, refused = kube_docs.attempt_state(self.job, current,
                                                                     self.run_id)
@@ -564,6 +589,7 @@ class KubeRendezvous:
                     raise ClusterInconsistent(action.reason, "fix the cause, then restart the "
                                               "whole job; exit 5 is not retryable")
                 elif isinstance(action, decide.Conflict):
+                    self._declare_conflict(action)
                     raise ClusterInconsistent(
                         f"two live pods claim {self.identity.name} (incarnations "
                         f"{self.identity.incarnation}, {action.other})",
@@ -577,6 +603,18 @@ class KubeRendezvous:
                     f"timed out after {self.timeout:g} s: {self._waiting_line(action, attempt)}",
                     "check node 0's pod and the pods named; exit 4 is retryable")
         raise AssertionError("the mirror's changes never end")  # pragma: no cover
+
+    def _declare_conflict(self, action: decide.Conflict) -> None:
+        """Leave a conflict document in the slot (at the version read), naming both pods:
+        node 0 then aborts the attempt, and every pod exits 5 (as on the volume)."""
+        name = self._name("node", self.index)
+        doc = ConflictDoc(run_id=self.run_id, attempt_id=action.attempt_id,
+                          global_index=self.index,
+                          incarnations=tuple(sorted({self.identity.incarnation, action.other})))
+        for _ in range(3):
+            obj = document_object(self.job, "node", self.index, slot_json=_json(doc))
+            if self._put(obj, self._get(name)) is not None:
+                return
 
     def _waiting_line(self, action: decide.FollowerAction,
                       attempt: Optional[AttemptDoc]) -> str:
