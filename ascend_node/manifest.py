@@ -31,6 +31,7 @@ from ascend_node.handoff.mindie_startup import (
 )
 from ascend_node.handoff.serving import DEFAULT_MANAGEMENT_PORT, LIVE_PATH, READY_PATH
 from ascend_node.manifest_mounts import HOST_MOUNTS, STATE_MOUNT, check_mount_path, under
+from ascend_node.rendezvous.kube_layout import identity_env, rbac_objects, service_account_name
 
 Kind = Literal["mindie", "training"]
 KINDS = ("mindie", "training")
@@ -125,7 +126,7 @@ class ManifestParams:
     name: str
     nodes: int
     image: str
-    pvc: str
+    pvc: Optional[str]  # None: no shared PVC (only with rendezvous="kube")
     run_id: str
     npus_per_node: int = 8
     model_path: str = "/mnt/model"
@@ -164,6 +165,9 @@ class ManifestParams:
     # per-pod emptyDir; the server container sources its env script and runs the server.
     init_container: bool = False
     init_image: Optional[str] = None
+    # Where the pods meet: "volume" (the shared PVC) or "kube" (through the API, under the
+    # job's own ServiceAccount, Role and RoleBinding: `render_rbac`; no PVC needed).
+    rendezvous: str = "volume"
 
     def __post_init__(self) -> None:
         validate(self)
@@ -222,7 +226,9 @@ def validate(p: ManifestParams) -> None:
     if not isinstance(p.image, str) or not p.image or any(c.isspace() for c in p.image):
         raise UsageError(f"image {p.image!r} is empty or contains whitespace",
                           "give an image reference such as registry/mindie:2.1-ascend-node")
-    _check_subdomain("--pvc", p.pvc)
+    _check_rendezvous(p)
+    if p.pvc is not None:
+        _check_subdomain("--pvc", p.pvc)
     _check_subdomain("--queue", p.queue)
     _check_key_secret(p)
     if p.namespace is not None and (len(p.namespace) > 63 or not _DNS1123_LABEL.match(p.namespace)):
@@ -286,6 +292,25 @@ def _safe_path(value: object) -> bool:
             and value.rstrip("/") != "" and ".." not in value.split("/"))
 
 
+def _check_rendezvous(p: ManifestParams) -> None:
+    if p.rendezvous not in ("volume", "kube"):
+        raise UsageError(f"--rendezvous {p.rendezvous!r} is not one of volume, kube",
+                         "use --rendezvous volume (a shared PVC) or --rendezvous kube")
+    if p.rendezvous == "volume" and p.pvc is None:
+        raise UsageError("no --pvc: the rendezvous on the volume needs the job's shared PVC",
+                         "name it with --pvc, or meet through the API: --rendezvous kube")
+    if p.rendezvous == "kube" and p.namespace is None:
+        raise UsageError("--rendezvous kube needs --namespace: the RoleBinding names the "
+                         "ServiceAccount with its namespace", "pass --namespace NS")
+    if p.rendezvous == "kube" and p.init_container:
+        raise UsageError("--init-container with --rendezvous kube is not rendered yet",
+                         "leave out --init-container, or use --rendezvous volume")
+    if p.rendezvous == "kube" and p.pvc is None and p.kind == "mindie" and p.model_dir is None:
+        raise UsageError("--rendezvous kube without --pvc: MindIE needs its weights",
+                         "mount them with --model-pvc NAME --model-dir /mnt/weights/..., or "
+                         "give the directory inside the image with --model-dir")
+
+
 def _check_model(p: ManifestParams) -> None:
     if p.model_name is not None and (not isinstance(p.model_name, str)
                                      or not model_name_ok(p.model_name)):
@@ -307,14 +332,14 @@ def _check_model(p: ManifestParams) -> None:
                           "[0-9A-Za-z_./-]", "MindIE refuses other characters in paths")
     if p.model_pvc is not None:
         check_mount_path("--model-dir", p.model_dir, "/mnt/weights")  # --model-pvc mounts it there
-    if p.model_pvc is None and not under(p.model_dir, p.model_path):
+    if p.model_pvc is None and p.pvc is not None and not under(p.model_dir, p.model_path):
         raise UsageError(
             f"--model-dir {p.model_dir} is outside every volume of the pod (the PVC is "
             f"mounted at {p.model_path})",
             f"give a directory under {p.model_path}, or mount the weights' own claim "
             "there with --model-pvc NAME")
-    if p.model_pvc is not None and (under(p.model_dir, p.model_path)
-                                    or under(p.model_path, p.model_dir)):
+    if p.model_pvc is not None and p.pvc is not None and (
+            under(p.model_dir, p.model_path) or under(p.model_path, p.model_dir)):
         raise UsageError(f"--model-dir {p.model_dir} with --model-pvc overlaps the shared "
                           f"PVC's mount {p.model_path}",
                           "mount the weights' claim elsewhere, e.g. /mnt/weights")
@@ -468,14 +493,19 @@ def _task(p: ManifestParams, role: str, replicas: int) -> dict[str, Any]:
         spec["initContainers"] = [_init_container(p, role)]
     spec["containers"] = [_container(p, role)]
     spec["volumes"] = _volumes(p)
+    if p.rendezvous == "kube":
+        # The job's own ServiceAccount: its token, CA and namespace are what the agent
+        # meets the peers with (docs/rendezvous.md, "Through the Kubernetes API").
+        spec["serviceAccountName"] = service_account_name(p.name)
     return {"name": role, "replicas": replicas,
             "template": {"metadata": {"labels": labels}, "spec": spec}}
 
 
 def _env(p: ManifestParams, role: str) -> list[dict[str, Any]]:
-    env: list[dict[str, Any]] = [
-        {"name": "ROLE", "value": role},
-        {"name": "MODEL_PATH", "value": p.model_path},
+    env: list[dict[str, Any]] = [{"name": "ROLE", "value": role}]
+    if p.pvc is not None:
+        env.append({"name": "MODEL_PATH", "value": p.model_path})
+    env += [
         {"name": "ASCEND_NODE_RUN_ID", "value": p.run_id},
         {"name": "ASCEND_NODE_TIMEOUT", "value": str(p.timeout)},
         _field_env("POD_UID", "metadata.uid"),
@@ -504,6 +534,9 @@ def _env(p: ManifestParams, role: str) -> list[dict[str, Any]]:
         env.append({"name": "MODEL_NAME", "value": p.model_name})
     if p.master_port is not None:
         env.append({"name": "ASCEND_NODE_MASTER_PORT", "value": str(p.master_port)})
+    if p.rendezvous == "kube":
+        # The vcjob's name and uid from Volcano's own pod annotations (kube_layout).
+        env += [{"name": "ASCEND_NODE_RENDEZVOUS", "value": "kube"}, *identity_env()]
     if p.rendezvous_key_secret is not None:
         env.append({"name": "ASCEND_NODE_RENDEZVOUS_KEY_FILE",
                     "value": f"{KEY_MOUNT_DIR}/{KEY_ITEM}"})
@@ -658,7 +691,8 @@ def _state_volume(p: ManifestParams) -> bool:
 
 
 def _mounts(p: ManifestParams, agent: bool, server: bool = True) -> list[dict[str, Any]]:
-    mounts: list[dict[str, Any]] = [{"name": "model", "mountPath": p.model_path}]
+    mounts: list[dict[str, Any]] = ([] if p.pvc is None else
+                                    [{"name": "model", "mountPath": p.model_path}])
     if p.model_pvc is not None:
         mounts.append({"name": "weights", "mountPath": p.model_dir, "readOnly": True})
     if server:
@@ -727,10 +761,9 @@ def _probe(period: int, failures: int, command: Optional[list[str]] = None) -> d
 
 
 def _volumes(p: ManifestParams) -> list[dict[str, Any]]:
-    vols: list[dict[str, Any]] = [
-        {"name": "model", "persistentVolumeClaim": {"claimName": p.pvc}},
-        {"name": "shm", "emptyDir": {"medium": "Memory"}},
-    ]
+    vols: list[dict[str, Any]] = [] if p.pvc is None else [
+        {"name": "model", "persistentVolumeClaim": {"claimName": p.pvc}}]
+    vols.append({"name": "shm", "emptyDir": {"medium": "Memory"}})
     if p.model_pvc is not None:
         vols.append({"name": "weights", "persistentVolumeClaim": {
             "claimName": p.model_pvc, "readOnly": True}})
@@ -752,11 +785,22 @@ def _volumes(p: ManifestParams) -> list[dict[str, Any]]:
     return vols
 
 
+def render_rbac(p: ManifestParams) -> list[dict[str, Any]]:
+    """With `--rendezvous kube`: the job's ServiceAccount, Role (only the verbs the agent
+    uses, on the job's own ConfigMaps: `kube_layout.role_rules`, docs/deploy.md) and
+    RoleBinding, applied before the Job; none for the volume."""
+    if p.rendezvous != "kube" or p.namespace is None:
+        return []
+    return rbac_objects(p.name, p.namespace, p.nodes)
+
+
 def render_yaml(p: ManifestParams) -> str:
-    """The Job as a YAML document (for `kubectl apply -f -`)."""
+    """The Job as a YAML document (for `kubectl apply -f -`), after its RBAC objects."""
+    rbac = "".join("# the agent's least privilege for the rendezvous through the API "
+                   f"(docs/deploy.md)\n{to_yaml(obj)}---\n" for obj in render_rbac(p))
     header = (f"# Volcano Job rendered by ascend-node: kind={p.kind} nodes={p.nodes} "
               f"npus_per_node={p.npus_per_node}\n")
-    return header + to_yaml(render_job(p))
+    return rbac + header + to_yaml(render_job(p))
 
 
 # --- a minimal YAML emitter for JSON-like data -------------------------------------

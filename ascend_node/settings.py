@@ -54,6 +54,11 @@ class Settings(BaseModel):
     a3: bool = False
     table_source: Literal["auto", "volume", "mindcluster"] = "auto"
     hccl_json: Path = Path(DEFAULT_HCCL_JSON)
+    # Where the pods meet: on the shared volume (the default) or through the Kubernetes API
+    # (`kube`: no shared directory needed; docs/rendezvous.md "Through the Kubernetes API").
+    # No `auto`: guessing from a missing directory would turn a PVC that failed to mount
+    # into a silent switch to the API, with a Role the job may not have.
+    rendezvous: Literal["volume", "kube"] = "volume"
     # None: strict, or warn for `boot` into a training launcher (preflight.policy)
     preflight: Optional[Literal["strict", "warn", "off"]] = None
     preflight_ping_timeout: float = Field(5.0, gt=0, le=120, allow_inf_nan=False)
@@ -133,6 +138,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("table_source", "--table-source", "ASCEND_NODE_TABLE_SOURCE", (),
            _choice("auto", "volume", "mindcluster")),
     Option("hccl_json", "--hccl-json", "ASCEND_NODE_HCCL_JSON", (), Path),
+    Option("rendezvous", "--rendezvous", "ASCEND_NODE_RENDEZVOUS", (), _choice("volume", "kube")),
     Option("preflight", "--preflight", "ASCEND_NODE_PREFLIGHT", (), parse_policy),
     Option("preflight_ping_timeout", None, "ASCEND_NODE_PREFLIGHT_PING_TIMEOUT", (),
            parse_seconds),

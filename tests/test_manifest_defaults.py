@@ -66,6 +66,10 @@ VARIANTS = {
     "training-msrun": dict(kind="training", msrun_log_dir="/mnt/model/log", bind_core=True),
     "training-torch": dict(kind="training", launcher="torch", master_port=29600),
     "training-one-node-root": dict(kind="training", nodes=1, run_as_user=0),
+    "mindie-kube-no-pvc": dict(kind="mindie", rendezvous="kube", pvc=None, namespace="team-a",
+                               model_pvc="weights", model_dir="/mnt/weights"),
+    "training-kube-no-pvc": dict(kind="training", rendezvous="kube", pvc=None,
+                                 namespace="team-a"),
 }
 
 

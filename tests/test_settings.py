@@ -253,3 +253,34 @@ def test_every_environment_twin_a_help_names_is_held_to_the_rule() -> None:
             "MODEL_NAME", "ASCEND_NODE_MODEL_DIR", "ASCEND_NODE_LAUNCHER_ARGS",
             "ASCEND_NODE_DEBUG", "ASCEND_NODE_RENDEZVOUS_KEY", "ASCEND_NODE_STATE_DIR"})
     assert named and named <= held, named - held
+
+
+@pytest.mark.parametrize(("flags", "environ", "expected", "source"), [
+    ({}, {}, "volume", "default"),  # no `auto`: the volume unless kube is chosen
+    ({}, {"ASCEND_NODE_RENDEZVOUS": "kube"}, "kube", "environment ASCEND_NODE_RENDEZVOUS"),
+    ({}, {"ASCEND_NODE_RENDEZVOUS": " KUBE "}, "kube", "environment ASCEND_NODE_RENDEZVOUS"),
+    ({"rendezvous": "volume"}, {"ASCEND_NODE_RENDEZVOUS": "kube"}, "volume",
+     "flag --rendezvous"),
+    ({}, {"ASCEND_NODE_RENDEZVOUS": "nfs"},
+     "ASCEND_NODE_RENDEZVOUS='nfs' is invalid: 'nfs' is not one of volume, kube", None),
+    ({"rendezvous": "nfs"}, {}, "--rendezvous='nfs' is invalid", None),
+])
+def test_the_rendezvous_choice(flags: dict[str, Any], environ: dict[str, str], expected: str,
+                               source: Any) -> None:
+    if source is None:
+        with pytest.raises(AscendNodeError) as err:
+            resolve_settings(flags, environ)
+        assert err.value.cause.startswith(expected)
+        assert err.value.exit_code == (2 if flags else 1)
+        return
+    got = resolve_settings(flags, environ)
+    assert (got.rendezvous, got.sources["rendezvous"]) == (expected, source)
+
+
+def test_without_a_shared_directory_the_hint_names_the_api() -> None:
+    from ascend_node.chain.table import require_rendezvous_settings
+
+    with pytest.raises(ConfigError) as err:
+        require_rendezvous_settings(resolve_settings({}, {}))
+    assert err.value.cause.startswith("no shared directory")
+    assert "--rendezvous kube (ASCEND_NODE_RENDEZVOUS)" in err.value.hint

@@ -386,7 +386,7 @@ def _boot(
 def reachability(settings: Settings, result: TableResult) -> None:
     """Pre-flight pings right after the table, before the slow steps: every node gets
     here within about one poll of the others, so their results meet within seconds."""
-    if settings.shared_dir is None or result.preflight == "off":
+    if settings.shared_dir is None or not result.on_volume or result.preflight == "off":
         return
     from ascend_node.preflight.stage import check_reachability  # not imported when off
 

@@ -145,7 +145,8 @@ def require_rendezvous_settings(settings: Settings) -> tuple[Path, str]:
     if settings.shared_dir is None:
         raise ConfigError(
             "no shared directory: --shared-dir, ASCEND_NODE_SHARED_DIR and MODEL_PATH are unset",
-            "mount the job's shared PVC and point --shared-dir (or MODEL_PATH) at it",
+            "mount the job's shared PVC and point --shared-dir (or MODEL_PATH) at it, or meet "
+            "through the Kubernetes API instead: --rendezvous kube (ASCEND_NODE_RENDEZVOUS)",
         )
     try:
         with call("inspect", settings.shared_dir):
@@ -188,7 +189,9 @@ def ranktable(
 
 
 def source_for(choice: SourceChoice, launcher: Optional[str] = None) -> TableSource:
-    """The `TableSource` for a choice; MindCluster's module is imported only when chosen."""
+    """The `TableSource` for a choice; MindCluster's module is imported only when chosen.
+    (The rendezvous through the API is `chain.kube_table.ranktable`, which the command
+    line calls instead of this module's for `--rendezvous kube`.)"""
     if choice.source == "mindcluster":
         from ascend_node.sources.mindcluster import MindClusterSource
 

@@ -194,7 +194,14 @@ def manifest(
         show_default=False)] = None,
     image: Annotated[str, typer.Option("--image", help="Container image with ascend-node")
                      ] = "mindie:latest",
-    pvc: Annotated[str, typer.Option("--pvc", help="Shared PVC (model directory)")] = "model",
+    pvc: Annotated[Optional[str], typer.Option(
+        "--pvc", help="Shared PVC (model directory) (model; none with --rendezvous kube)",
+        show_default=False)] = None,
+    rendezvous: Annotated[str, typer.Option(
+        "--rendezvous", metavar="volume|kube",
+        help="volume: the pods meet on the shared PVC; kube: through the Kubernetes API, "
+        "under the job's own ServiceAccount, Role and RoleBinding (rendered too; needs "
+        "--namespace; no PVC)")] = "volume",
     run_id: Annotated[Optional[str], typer.Option(
         "--run-id", help="Run id (default: the job name)", show_default=False)] = None,
     npus_per_node: Annotated[Optional[int], typer.Option(
@@ -283,6 +290,7 @@ def manifest(
             ManifestParams,
             render_job,
             render_key_secret,
+            render_rbac,
             render_yaml,
             to_yaml,
         )
@@ -306,6 +314,10 @@ def manifest(
                              "render a new Secret, or name an existing one, not both")
         key_secret = (f"{name}-rendezvous-key" if rendezvous_key
                       else rendezvous_key_secret)
+        if pd and rendezvous != "volume":
+            raise UsageError("--kind mindie-pd with --rendezvous kube is not rendered yet: "
+                             "the PD service's global table lives on the shared PVC",
+                             "use --rendezvous volume for a PD service")
         if pd:
             from ascend_node.manifest_pd import PdShape, check_shape
 
@@ -320,7 +332,8 @@ def manifest(
             kind="mindie" if pd else kind,  # type: ignore[arg-type]
             name=name, nodes=(max(shape.prefill_pods, shape.decode_pods) if pd
                               else 2 if nodes is None else nodes),
-            image=image, pvc=pvc, run_id=run_id or name,
+            image=image, pvc=pvc if pvc is not None or rendezvous == "kube" else "model",
+            run_id=run_id or name, rendezvous=rendezvous,
             npus_per_node=(16 if a3 else 8) if npus_per_node is None else npus_per_node,
             model_path=model_path,
             namespace=namespace,
@@ -353,8 +366,9 @@ def manifest(
             return
         if json_out:
             doc = render_job(params)
-            out(json.dumps(doc if secret is None else
-                             {"apiVersion": "v1", "kind": "List", "items": [secret, doc]},
+            extra = ([] if secret is None else [secret]) + render_rbac(params)
+            out(json.dumps(doc if not extra else
+                             {"apiVersion": "v1", "kind": "List", "items": [*extra, doc]},
                              indent=2))
         else:
             if secret is not None:

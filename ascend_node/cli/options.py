@@ -113,6 +113,11 @@ TableSource = Annotated[Optional[str], typer.Option(
     help="auto | volume | mindcluster: meet peers on the shared volume or "
     "take MindCluster's hccl.json; auto = the file when it exists (env "
     "ASCEND_NODE_TABLE_SOURCE; auto)", show_default=False)]
+RendezvousOpt = Annotated[Optional[str], typer.Option(
+    "--rendezvous", metavar="volume|kube",
+    help="volume | kube: meet the peers on the shared volume, or through the Kubernetes "
+    "API with the pod's ServiceAccount (no shared directory needed) (env "
+    "ASCEND_NODE_RENDEZVOUS; volume)", show_default=False)]
 HcclJson = Annotated[Optional[Path], typer.Option(
     "--hccl-json", help="MindCluster's rank table (env ASCEND_NODE_HCCL_JSON; "
     "/user/serverid/devindex/config/hccl.json)", show_default=False)]

@@ -3,10 +3,11 @@
 No `from __future__ import annotations` here (see `app`).
 """
 
+import contextlib
 import os
 import signal
 import sys
-from typing import Annotated, Any, Callable, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Callable, Optional
 
 import typer
 
@@ -36,6 +37,7 @@ from ascend_node.cli.options import (
     MasterPort,
     Preflight,
     RendezvousKeyFile,
+    RendezvousOpt,
     RunId,
     SharedDir,
     StateDir,
@@ -47,6 +49,9 @@ from ascend_node.cli.options import (
     seconds,
 )
 from ascend_node.errors import AscendNodeError
+
+if TYPE_CHECKING:
+    from ascend_node.settings import Settings
 
 
 def _status_writer(settings_box: dict[str, Any], command: str
@@ -139,6 +144,30 @@ def discover(
               f"{settings.table_version} [{settings.sources.get('table_version')}]")
 
 
+def _ranktable_step(rendezvous: str) -> Any:
+    """Steps 1-5 for the chosen rendezvous; the API's client is imported only for `kube`
+    (tests/pod_imports.json)."""
+    if rendezvous == "kube":
+        from ascend_node.chain.kube_table import ranktable as through_api
+
+        return through_api
+    from ascend_node.chain.table import ranktable as on_volume
+
+    return on_volume
+
+
+def _failures_told_to_peers(asked: "Settings", command: str) -> contextlib.AbstractContextManager[None]:
+    """On the volume, a failure found before discovery (an output path, a `boot` option, the
+    key file) is published so the peers end with 5 naming it (chain.table). Through the API
+    only failures from discovery on are published yet (chain.kube_table): the peers of a pod
+    that fails earlier wait until their timeout (docs/rendezvous.md)."""
+    if asked.rendezvous == "kube":
+        return contextlib.nullcontext()
+    from ascend_node.chain.table import failures_told_to_peers
+
+    return failures_told_to_peers(asked, os.environ, STARTED, command)
+
+
 @app.command(rich_help_panel=IN_THE_POD)
 def ranktable(
     shared_dir: SharedDir = None, run_id: RunId = None, timeout: Timeout = None,
@@ -147,7 +176,7 @@ def ranktable(
     file_owner: FileOwner = None, allow_uneven_devices: AllowUneven = False,
     table_version: TableVersion = None, table_source: TableSource = None,
     hccl_json: HcclJson = None, preflight: Preflight = None,
-    rendezvous_key_file: RendezvousKeyFile = None,
+    rendezvous_key_file: RendezvousKeyFile = None, rendezvous: RendezvousOpt = None,
     json_out: Json = False, verbose: Verbose = False, debug: Debug = False,
 ) -> None:
     """Steps 1-5: meet the peers and write the rank table; exit 0 when this node holds it."""
@@ -155,14 +184,13 @@ def ranktable(
     box: dict[str, Any] = {}
     with exit_codes(debug_on(debug), _status_writer(box, "ranktable")):
         signal.signal(signal.SIGTERM, on_sigterm)
-        from ascend_node.chain.table import failures_told_to_peers
-        from ascend_node.chain.table import ranktable as run_ranktable
         from ascend_node.handoff.outputs import StatusDoc, write_status
 
         asked = settings_from(verbose, **option_flags(locals()))
-        with failures_told_to_peers(asked, os.environ, STARTED, "ranktable"):
+        with _failures_told_to_peers(asked, "ranktable"):
             settings = _placed(asked, verbose)
             box["settings"] = settings
+            run_ranktable = _ranktable_step(settings.rendezvous)
             from ascend_node.preflight.policy import effective_policy
 
             policy = effective_policy(settings.preflight, "ranktable")
@@ -192,7 +220,7 @@ def boot(
     file_owner: FileOwner = None, allow_uneven_devices: AllowUneven = False,
     master_port: MasterPort = None, table_version: TableVersion = None,
     table_source: TableSource = None, hccl_json: HcclJson = None, preflight: Preflight = None,
-    rendezvous_key_file: RendezvousKeyFile = None,
+    rendezvous_key_file: RendezvousKeyFile = None, rendezvous: RendezvousOpt = None,
     launcher: Annotated[Optional[str], typer.Option(
         "--launcher", metavar="mindie|msrun|ranktable-env|torch",
         help="mindie | msrun | ranktable-env | torch (env ASCEND_NODE_LAUNCHER; "
@@ -224,13 +252,12 @@ def boot(
         signal.signal(signal.SIGTERM, on_sigterm)
         from ascend_node.chain.boot import boot as run_boot
         from ascend_node.chain.boot import boot_options_from_env
-        from ascend_node.chain.table import failures_told_to_peers
-        from ascend_node.chain.table import ranktable as run_ranktable
 
         asked = settings_from(verbose, **option_flags(locals()))
-        with failures_told_to_peers(asked, os.environ, STARTED, "boot"):
+        with _failures_told_to_peers(asked, "boot"):
             settings = _placed(asked, verbose)
             box["settings"] = settings
+            run_ranktable = _ranktable_step(settings.rendezvous)
             opts = boot_options_from_env(os.environ, launcher, list(ctx.args), https,
                                          model_name, model_weight_path, model_dir,
                                          launcher_args)

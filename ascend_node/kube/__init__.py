@@ -14,6 +14,7 @@ watch of ConfigMaps; get of its own Pod), so a general client buys nothing it us
 - `client`: requests with time-outs, JSON in and out, and watches as generators.
 - `mirror`: the objects a selector matches, kept current by a list and then watches.
 
-No module of this package is on a pod's path yet (tests/pod_imports.json): the rendezvous
-through the API (issue 38) will import it only when `--rendezvous kube` is chosen.
+A pod imports this package only when `--rendezvous kube` is chosen (`chain/kube_table.py`): a
+volume pod's imports are pinned in tests/pod_imports.json, an API pod's in
+tests/test_kube_rendezvous.py.
 """

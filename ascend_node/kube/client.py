@@ -92,6 +92,10 @@ class Client:
         self._ctx = ssl_context(endpoint)
         self._conn: Optional[http.client.HTTPSConnection] = None
         self._token_cache: tuple[Optional[tuple[int, int, int]], Optional[str]] = (None, None)
+        # Calls made (a watch counts once, in both): what one rendezvous costs the API
+        # server, logged at its end and measured by the tests (docs/benchmarks.md).
+        self.requests = 0
+        self.watches = 0
 
     # -- plumbing ---------------------------------------------------------------------
 
@@ -151,6 +155,7 @@ class Client:
         data = None if body is None else json.dumps(body, separators=(",", ":")).encode()
         headers = self._headers(data)
         waited = timeout or self.timeout
+        self.requests += 1
         for attempt in (0, 1):
             reused = self._conn is not None
             conn = self._conn or self._connection(waited)
@@ -238,6 +243,8 @@ class Client:
         if resource_version:
             query["resourceVersion"] = resource_version
         idle = idle_timeout if idle_timeout is not None else timeout_seconds + self.timeout
+        self.requests += 1
+        self.watches += 1
         conn = self._connection(self.timeout)
         try:
             try:

@@ -2,8 +2,8 @@
 parts, and the Role that allows exactly the calls they need. Pure; the design and its reasons
 are in docs/rendezvous.md, "Through the Kubernetes API".
 
-Not on any pod's path yet (tests/pod_imports.json): the rendezvous through the API (issue 38)
-will use it behind `--rendezvous kube`.
+On a pod's path only behind `--rendezvous kube` (`rendezvous/kube_participant.py`; a volume
+pod's imports are pinned in tests/pod_imports.json); `manifest` renders the Role from it.
 
 Facts relied on (each cited where used): Volcano v1.10.0 gives every pod of a vcjob the
 annotations `volcano.sh/job-name` and `scheduling.k8s.io/group-name` = `<job name>-<job uid>`

@@ -1,0 +1,162 @@
+"""The pure reads of the rendezvous' ConfigMaps and the Role check before any wait
+(`rendezvous/kube_docs.py`): tables of cases, no API server."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import pytest
+
+from ascend_node.rendezvous.kube_docs import (
+    attempt_state,
+    first_denied,
+    needed_calls,
+    progress_state,
+    review_rules,
+    slot_state,
+)
+from ascend_node.rendezvous.kube_layout import (
+    JobIdentity,
+    document_object,
+    rbac_objects,
+    role_rules,
+)
+from ascend_node.rendezvous.models import (
+    AttemptDoc,
+    DeviceRecord,
+    MemberData,
+    MemberDoc,
+    OutcomeDoc,
+    ProgressDoc,
+)
+
+JOB = JobIdentity("ns", "job", "0f9c3f2e-1b2a-4c3d-9e8f-0123456789ab")
+OTHER = JobIdentity("ns", "job", "11111111-2222-3333-4444-555555555555")
+ATTEMPT = AttemptDoc(run_id="job", attempt_id="a1", opened_by="pod0", node_count=2,
+                     master_count=1)
+OUTCOME = OutcomeDoc(run_id="job", attempt_id="a1", result="abort", reason="x")
+DATA = MemberData(global_index=1, role="worker", task_index=0, pod_ip="10.0.0.2",
+                  host_ip="10.1.0.2", devices=(DeviceRecord(device_id=0, device_ip="1.1.1.1"),))
+MEMBER = MemberDoc(run_id="job", attempt_id="a1", incarnation="pod1", node_count=2,
+                   master_count=1, agent_version="t", data=DATA)
+
+
+def attempt_obj(job: JobIdentity = JOB, **docs: str) -> dict[str, Any]:
+    return document_object(job, "attempt", **docs)
+
+
+@pytest.mark.parametrize("obj, run_id, attempt, outcome, refused", [
+    (None, "job", None, None, None),
+    (attempt_obj(attempt_json=ATTEMPT.model_dump_json()), "job", ATTEMPT, None, None),
+    (attempt_obj(attempt_json=ATTEMPT.model_dump_json(), outcome_json=OUTCOME.model_dump_json()),
+     "job", ATTEMPT, OUTCOME, None),
+    # an outcome of another attempt is no outcome of this one
+    (attempt_obj(attempt_json=ATTEMPT.model_dump_json(),
+                 outcome_json=OUTCOME.model_copy(update={"attempt_id": "a0"}).model_dump_json()),
+     "job", ATTEMPT, None, None),
+    # a predecessor vcjob's object (another uid) is nobody's
+    (attempt_obj(OTHER, attempt_json=ATTEMPT.model_dump_json()), "job", None, None,
+     "is not this job's"),
+    (attempt_obj(attempt_json="{not json"), "job", None, None, "fails validation"),
+    (attempt_obj(), "job", None, None, "holds no attempt.json"),
+    (attempt_obj(attempt_json=ATTEMPT.model_dump_json()), "other-run", None, None,
+     "belongs to run 'job'"),
+])
+def test_attempt_state(obj: Optional[dict[str, Any]], run_id: str, attempt: Any, outcome: Any,
+                       refused: Optional[str]) -> None:
+    got = attempt_state(JOB, obj, run_id)
+    assert got[:2] == (attempt, outcome)
+    assert (got[2] is None) if refused is None else (refused in str(got[2]))
+
+
+def slot_obj(job: JobIdentity = JOB, text: Optional[str] = None) -> dict[str, Any]:
+    return document_object(job, "node", 1, **({} if text is None else {"slot_json": text}))
+
+
+@pytest.mark.parametrize("obj, attempt_id, expected", [
+    (None, "a1", None),
+    (slot_obj(text=MEMBER.model_dump_json()), "a1", MEMBER),
+    (slot_obj(text=MEMBER.model_dump_json()), "a2", None),  # stale: never assembled
+    (slot_obj(OTHER, MEMBER.model_dump_json()), "a1", "is not this job's"),
+    (slot_obj(text='{"kind": "member"}'), "a1", "slot.json fails validation"),
+    (slot_obj(text=MEMBER.model_copy(update={"run_id": "x"}).model_dump_json()), "a1",
+     "belongs to run 'x'"),
+    (slot_obj(), "a1", None),
+])
+def test_slot_state(obj: Optional[dict[str, Any]], attempt_id: str, expected: Any) -> None:
+    got = slot_state(JOB, obj, "job", attempt_id)
+    if isinstance(expected, str):
+        assert isinstance(got, str) and expected in got
+    else:
+        assert got == expected
+
+
+def test_progress_state_only_of_this_attempt() -> None:
+    doc = ProgressDoc(run_id="job", attempt_id="a1", node_count=2, present=(0,), missing=(1,))
+    obj = document_object(JOB, "progress", progress_json=doc.model_dump_json())
+    assert progress_state(JOB, obj, "job", "a1") == doc
+    assert progress_state(JOB, obj, "job", "a2") is None
+    assert progress_state(OTHER, obj, "job", "a1") is None
+    assert progress_state(JOB, None, "job", "a1") is None
+
+
+RENDERED = [r.as_rbac() for r in role_rules("job", 4)]
+
+
+def without(verb: str) -> list[dict[str, Any]]:
+    out = []
+    for rule in RENDERED:
+        verbs = [v for v in rule["verbs"] if v != verb]
+        if verbs:
+            out.append({**rule, "verbs": verbs})
+    return out
+
+
+@pytest.mark.parametrize("rules, index, denied", [
+    (RENDERED, 0, None),
+    (RENDERED, 3, None),
+    (without("update"), 0, ("update", "job-rdzv-attempt")),
+    (without("update"), 2, ("update", "job-rdzv-node-2")),
+    (without("create"), 1, ("create", None)),
+    (without("watch"), 0, ("watch", None)),
+    (without("watch"), 1, ("watch", "job-rdzv-attempt")),
+    (without("list"), 0, ("list", None)),
+    ([], 1, ("list", "job-rdzv-attempt")),
+    # a Role rendered for 2 pods does not name node 3's slot
+    ([r.as_rbac() for r in role_rules("job", 2)], 3, ("get", "job-rdzv-node-3")),
+    # another job's Role allows none of this job's names
+    ([r.as_rbac() for r in role_rules("other", 4)], 1, ("get", "job-rdzv-node-1")),
+    # create restricted by names allows no create (RBAC cannot restrict create by name)
+    ([{**r, "resourceNames": ["job-rdzv-node-1"]} if r["verbs"] == ["create"] else r
+      for r in RENDERED], 1, ("create", None)),
+    # wildcards, as a cluster-admin's rules come
+    ([{"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"]}], 0, None),
+    # the right verbs on another resource or group grant nothing
+    ([{**r, "resources": ["secrets"]} for r in RENDERED], 1, ("list", "job-rdzv-attempt")),
+    ([{**r, "apiGroups": ["apps"]} for r in RENDERED], 1, ("list", "job-rdzv-attempt")),
+])
+def test_first_denied(rules: list[dict[str, Any]], index: int,
+                      denied: Optional[tuple[str, Optional[str]]]) -> None:
+    assert first_denied(rules, needed_calls("job", index, 4)) == denied
+
+
+def test_the_rendered_role_is_what_the_check_needs() -> None:
+    """`manifest`'s Role grants every call of every pod's role: no pod of a rendered job
+    stops at the check."""
+    role = rbac_objects("job", "ns", 8)[1]
+    for index in range(8):
+        assert first_denied(role["rules"], needed_calls("job", index, 8)) is None
+
+
+@pytest.mark.parametrize("status, expected", [
+    ({"resourceRules": [{"verbs": ["get"]}]}, [{"verbs": ["get"]}]),
+    ({"resourceRules": [{"verbs": ["get"]}, "junk"]}, [{"verbs": ["get"]}]),
+    ({"incomplete": True, "evaluationError": "webhook"}, "incomplete (webhook)"),
+    ({}, "holds no resourceRules"),
+])
+def test_review_rules(status: dict[str, Any], expected: Any) -> None:
+    got = review_rules(status)
+    if isinstance(expected, str):
+        assert isinstance(got, str) and expected in got
+    else:
+        assert got == expected
