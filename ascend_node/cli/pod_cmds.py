@@ -156,7 +156,9 @@ def _ranktable_step(rendezvous: str) -> Any:
     return on_volume
 
 
-def _failures_told_to_peers(asked: "Settings", command: str) -> contextlib.AbstractContextManager[None]:
+def _failures_told_to_peers(
+    asked: "Settings", command: str,
+) -> contextlib.AbstractContextManager[None]:
     """On the volume, a failure found before discovery (an output path, a `boot` option, the
     key file) is published so the peers end with 5 naming it (chain.table). Through the API
     only failures from discovery on are published yet (chain.kube_table): the peers of a pod
