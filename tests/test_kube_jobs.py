@@ -1,0 +1,168 @@
+"""Rendered Jobs run for real: applied, gang-scheduled by Volcano, run by the nodes' agent.
+
+`ascend-node manifest`'s YAML goes to the API server as a user's `kubectl apply` sends it;
+Volcano's webhooks admit it, its controller creates the pods, the `<job>-svc` ConfigMap and
+the headless Service, its scheduler binds the pods to the bed's fake Ascend nodes, and the
+node agent (scripts/kube_node_agent.py, as each node's `system:node:<node>` identity) runs
+them in podman and reports their status back (tests/kube_agent_bed.py). Nothing of Volcano
+or the kubelet is imitated here: what the pods get is what the platform gave them.
+"""
+
+from __future__ import annotations
+
+import calendar
+import json
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.kube_agent_bed import MODEL_PATH, SIM_DIR, AgentBed, Timeline, open_agent
+from tests.kube_bed import Bed
+
+pytestmark = [pytest.mark.kube, pytest.mark.containers]
+
+IMAGE = "localhost/ascend-node-mindie:test"
+NPU = "huawei.com/Ascend910"
+
+
+@pytest.fixture(scope="module")
+def agent(kube_bed: Bed) -> Iterator[AgentBed]:
+    yield from open_agent(kube_bed)
+
+
+def render(*args: str) -> str:
+    done = subprocess.run([sys.executable, "-m", "ascend_node", "manifest", *args],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def ready(pod: dict[str, Any]) -> bool:
+    return any(c["type"] == "Ready" and c["status"] == "True"
+               for c in pod.get("status", {}).get("conditions", []))
+
+
+class JobRun:
+    """One rendered Job in its own namespace, its pods' timeline recorded from apply on."""
+
+    def __init__(self, agent: AgentBed, ns: str, name: str, *flags: str,
+                 uid: Any = None) -> None:
+        self.agent, self.ns, self.name = agent, ns, name
+        agent.kube_bed.namespace(ns)
+        self.claim = agent.claim(ns, "model", uid)
+        self.text = render("--namespace", ns, "--name", name, "--image", IMAGE,
+                           "--pvc", "model", "--model-path", MODEL_PATH, "--timeout", "120",
+                           *flags)
+        self.stop = threading.Event()
+        self.timeline = Timeline(time.monotonic())
+
+    def __enter__(self) -> JobRun:
+        self.timeline = Timeline(time.monotonic())
+        self.agent.kube.create_yaml(self.agent.kube_bed.jobs_path(self.ns), self.text)
+        self.agent.watch(self.ns, self.timeline, self.stop)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop.set()
+        self.agent.purge(self.ns)
+
+    def pods(self) -> list[dict[str, Any]]:
+        return sorted(self.agent.kube_bed.pods(self.ns), key=lambda p: p["metadata"]["name"])
+
+    def wait_ready(self, count: int, timeout: float = 240) -> list[dict[str, Any]]:
+        def probe() -> list[dict[str, Any]]:
+            pods = self.pods()
+            failed = [p["metadata"]["name"] for p in pods
+                      if p.get("status", {}).get("phase") == "Failed"]
+            if failed:
+                raise AssertionError(f"{failed} Failed\n{self.describe()}")
+            return pods if len(pods) == count and all(ready(p) for p in pods) else []
+        try:
+            return list(self.agent.kube_bed.wait(f"{count} pods of {self.ns} Ready", probe,
+                                                 timeout))
+        except TimeoutError as e:
+            raise AssertionError(f"{e}\n{self.describe()}") from None
+
+    def describe(self) -> str:
+        lines = []
+        for p in self.pods():
+            st = p.get("status", {})
+            states = [(c["name"], list(c.get("state", {}))) for c in
+                      st.get("containerStatuses", [])]
+            lines.append(f"{p['metadata']['name']} on {p['spec'].get('nodeName')}: "
+                         f"{st.get('phase')} ready={ready(p)} {states}")
+        return "\n".join(lines) + "\n--- agent log:\n" + self.agent.log_tail()
+
+    def loaded_at(self, pod: str) -> float:
+        mark = self.claim / SIM_DIR / f"{pod}.loaded"
+        return float(mark.read_text()) if mark.is_file() else 0.0
+
+    def daemon_env(self, pod: str) -> dict[str, str]:
+        lines = (self.claim / SIM_DIR / pod).read_text().splitlines()
+        return dict(line.split("=", 1) for line in lines[1:] if "=" in line)
+
+
+def started_at(pod: dict[str, Any]) -> str:
+    (c,) = pod["status"]["containerStatuses"]
+    return str(c["state"].get("running", c["state"].get("terminated", {}))["startedAt"])
+
+
+def scheduled_at(pod: dict[str, Any]) -> str:
+    return str(next(c["lastTransitionTime"] for c in pod["status"]["conditions"]
+                    if c["type"] == "PodScheduled"))
+
+
+def ready_at(pod: dict[str, Any]) -> str:
+    return str(next(c["lastTransitionTime"] for c in pod["status"]["conditions"]
+                    if c["type"] == "Ready"))
+
+
+def epoch(stamp: str) -> int:
+    return calendar.timegm(time.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ"))
+
+
+def test_a_two_pod_mindie_job_runs_through_volcano_and_the_node_agent(agent: AgentBed) -> None:
+    """Applied as printed; Volcano gang-binds both pods; the agent runs them; both hold the
+    same rank table; the fake daemon serves; Ready only once MindIE says so."""
+    with JobRun(agent, "kj-mindie-2", "mj", "--kind", "mindie", "--nodes", "2") as run:
+        pods = run.wait_ready(2)
+        t = run.timeline
+        print(f"mindie 2 pods: apply -> {t.summary()}")
+        names = [p["metadata"]["name"] for p in pods]
+        assert names == ["mj-master-0", "mj-worker-0"]
+        # gang: no container started before every pod of the job was bound
+        assert min(started_at(p) for p in pods) >= max(scheduled_at(p) for p in pods)
+        assert len({p["spec"]["nodeName"] for p in pods}) == 2  # the anti-affinity
+        ips = [p["status"]["podIP"] for p in pods]
+        assert len(set(ips)) == 2
+        master_ip = ips[0]
+        tables = set()
+        for pod, ip in zip(pods, ips):
+            name = pod["metadata"]["name"]
+            # Ready follows MindIE: not before the (fake) weight load ended
+            loaded = max(run.loaded_at(name), run.loaded_at("mj-master-0"))
+            assert loaded, f"{name}: the fake daemon never finished loading"
+            assert epoch(ready_at(pod)) >= int(loaded), (name, ready_at(pod), loaded)
+            env = run.daemon_env(name)
+            assert env["MIES_CONTAINER_IP"] == ip == env["K8S_POD_IP"]
+            assert env["MASTER_IP"] == master_ip
+            assert env["WORLD_SIZE"] == "16"
+            assert env["POD_UID"] == pod["metadata"]["uid"]
+            assert env["ASCEND_NODE_JOB_VERSION"] == pod["metadata"]["annotations"][
+                "volcano.sh/job-version"]
+            assert env["VC_WORKER_NUM"] == "1"  # Volcano's env/svc plugins, not ours
+            assert sorted(env["ASCEND_VISIBLE_DEVICES"].split(",")) == [str(d) for d in range(8)]
+            table = agent.exec(pod, "cat", env["RANK_TABLE_FILE"])
+            assert table.returncode == 0, table.stderr
+            tables.add(table.stdout)
+        assert len(tables) == 1, "every pod must hold the same table"
+        table = json.loads(tables.pop())
+        assert [s["container_ip"] for s in table["server_list"]] == ips
+        # the fake daemon serves: MindIE's management port answers on the master's pod IP
+        served = agent.exec(pods[0], "ascend-node", "status", "--serving")
+        assert served.returncode == 0, served.stdout + served.stderr
