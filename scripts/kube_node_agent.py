@@ -541,9 +541,7 @@ class PodWorker:
         self.write_hosts()
         # all containers' podman arguments before any runs: a bad reference fails the pod
         # before anything started (the kubelet too reports CreateContainerConfigError).
-        argvs = {c["name"]: self.run_argv(c, kind)
-                 for kind, group in (("init", self.init_specs), ("sidecar", self.sidecar_specs),
-                                     ("app", self.app_specs)) for c in group}
+        argvs = self.prepare()
         self.sandbox_up()
         self.publish()
         for c, st in zip(self.init_specs, self.inits):
@@ -574,6 +572,25 @@ class PodWorker:
             # the kubelet ends the sidecars once every app container ended
             self.agent.podman("stop", "-t", "5", *(self.cname(c) for c in self.sidecar_specs),
                               check=False, timeout=60)
+
+    def prepare(self) -> dict[str, list[str]]:
+        """Every container's `podman run`, retried while the Node authorizer does not yet
+        know the pod's references: its graph follows the API from informers, so a pod just
+        bound may be refused its ConfigMap, Secret, claim or token for a moment ("no
+        relationship found between node ... and this object"); the kubelet's volume
+        manager and sync loop retry the same way."""
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                return {c["name"]: self.run_argv(c, kind)
+                        for kind, group in (("init", self.init_specs),
+                                            ("sidecar", self.sidecar_specs),
+                                            ("app", self.app_specs)) for c in group}
+            except ApiError as e:
+                if e.status != 403 or time.monotonic() > deadline or self.stop.is_set():
+                    raise
+                self._prepared.clear()
+                time.sleep(0.5)
 
     def spawn(self, target: Callable[..., Any], *args: Any) -> threading.Thread:
         t = threading.Thread(target=target, args=args, daemon=True)
@@ -1024,10 +1041,11 @@ class PodWorker:
             ev.set()
         names = [self.cname(c) for c in [*self.app_specs, *self.sidecar_specs,
                                          *self.init_specs]]
-        done = self.agent.podman("rm", "-f", "-i", "-t", "0", *names, f"{self.prefix}_POD",
-                                 check=False, timeout=120)
-        if done.returncode != 0:
-            self.agent.log(f"{self.key}: podman rm: {done.stderr.strip()[-300:]}")
+        for group in (names, [f"{self.prefix}_POD"]):  # the sandbox last: the others join it
+            done = self.agent.podman("rm", "-f", "-i", "-t", "0", *group, check=False,
+                                     timeout=120)
+            if done.returncode != 0:
+                self.agent.log(f"{self.key}: podman rm: {done.stderr.strip()[-300:]}")
         if self.ip:
             self.node.free_ip(self.ip)
         self.node.devices.release(self.uid)
