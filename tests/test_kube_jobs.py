@@ -17,6 +17,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -227,3 +228,81 @@ def test_each_rendered_variant_runs_to_ready(agent: AgentBed, nodes: int,
         if uid is not None:
             ids = agent.exec(pods[0], "id", "-u")
             assert ids.stdout.strip() == str(uid)
+
+
+def job_status(agent: AgentBed, ns: str, name: str) -> dict[str, Any]:
+    return dict(agent.kube.get(agent.kube_bed.jobs_path(ns, name)).get("status", {}))
+
+
+def test_a_daemon_killed_after_ready_restarts_the_job_under_the_same_names(
+        agent: AgentBed) -> None:
+    """PodFailed -> RestartJob as Volcano's controller runs it: every pod deleted (the agent
+    confirms each deletion), re-created under the same names with new UIDs and a bumped
+    `volcano.sh/job-version`, and the new attempt's table on every pod, all Ready again."""
+    with JobRun(agent, "kp-restart", "rj", "--kind", "mindie", "--nodes", "2") as run:
+        first = run.wait_ready(2)
+        version = {p["metadata"]["annotations"]["volcano.sh/job-version"] for p in first}
+        assert len(version) == 1
+        v0 = int(version.pop())
+        uids = {p["metadata"]["uid"] for p in first}
+        master = first[0]
+        pid = (run.claim / SIM_DIR / "rj-master-0").read_text().splitlines()[0].split("=")[1]
+        agent.exec(master, "kill", "-KILL", pid)
+
+        def restarted() -> list[dict[str, Any]]:
+            pods = run.pods()
+            fresh = [p for p in pods if p["metadata"]["uid"] not in uids and ready(p)]
+            return pods if len(fresh) == 2 and len(pods) == 2 else []
+        t0 = time.monotonic()
+        try:
+            again = list(agent.kube_bed.wait("the job re-created and Ready", restarted, 300))
+        except TimeoutError as e:
+            raise AssertionError(f"{e}\n{run.describe()}") from None
+        print(f"restart: kill -> all Ready again {time.monotonic() - t0:.1f} s")
+        assert [p["metadata"]["name"] for p in again] == ["rj-master-0", "rj-worker-0"]
+        # bumped, and the same on every pod; not necessarily by one: Volcano v1.10.0 bumps
+        # `Status.Version` on every killJob (job_controller_actions.go "Job version is
+        # bumped only when job is killed"), and the Restarting state runs killJob on each
+        # sync until the old pods are gone - here it went 0 -> 2 in one restart
+        (v1,) = {p["metadata"]["annotations"]["volcano.sh/job-version"] for p in again}
+        assert int(v1) > v0
+        status = job_status(agent, run.ns, "rj")
+        assert status.get("retryCount") == 1, status
+        assert status["state"]["phase"] == "Running", status
+        for pod in again:
+            env = run.daemon_env(pod["metadata"]["name"])
+            assert env["ASCEND_NODE_JOB_VERSION"] == v1
+            assert env["POD_UID"] == pod["metadata"]["uid"]
+        check_job(agent, run, again, 8)
+
+
+def test_exit_5_aborts_the_job(agent: AgentBed) -> None:
+    """Every fake node's NPUs answering with the same device IPs: the cluster is
+    inconsistent, a pod exits 5 and Volcano's controller aborts the job (AbortJob), no
+    retry."""
+    from ascend_node.sim.cluster import device_ip
+    from ascend_node.sim.fake_tools import FakeDevice, write_node_data
+
+    roots = sorted((Path(agent.containers.work) / "kube-nodes").glob("*/root"))
+    data = "usr/local/Ascend/driver/sim-data"
+    saved = {r: {f.name: f.read_bytes() for f in (r / data).iterdir()} for r in roots}
+    try:
+        for root in roots:
+            write_node_data(root / data, [FakeDevice(d, device_ip(0, d)) for d in range(8)])
+        with JobRun(agent, "kp-abort", "aj", "--kind", "mindie", "--nodes", "2") as run:
+            def aborted() -> dict[str, Any]:
+                st = job_status(agent, run.ns, "aj")
+                return st if st.get("state", {}).get("phase") == "Aborted" else {}
+            try:
+                status = agent.kube_bed.wait("the job Aborted", aborted, 240)
+            except TimeoutError as e:
+                raise AssertionError(f"{e}\n{run.describe()}") from None
+            assert not status.get("retryCount"), status
+            codes = [c["state"]["terminated"]["exitCode"] for p in run.pods()
+                     for c in p["status"].get("containerStatuses", [])
+                     if "terminated" in c.get("state", {})]
+            assert 5 in codes, run.describe()
+    finally:
+        for root, files in saved.items():
+            for name, blob in files.items():
+                (root / data / name).write_bytes(blob)
