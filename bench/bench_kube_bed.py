@@ -34,7 +34,7 @@ def rss_mib(pid: int) -> float:
     total = proc.memory_info().rss
     for child in proc.children(recursive=True):
         total += child.memory_info().rss
-    return total / 2**20
+    return float(total) / 2**20
 
 
 def main() -> int:

@@ -19,6 +19,7 @@ import ssl
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -116,6 +117,23 @@ class Kube:
             return None
         return json.loads(data) if data[:1] in (b"{", b"[") else data.decode()
 
+    def watch(self, path: str, seconds: int = 60) -> Iterator[dict[str, Any]]:
+        """The watch events of a collection (`{"type": "ADDED", "object": {...}}`), one JSON
+        document per line as the API server streams them, until it ends the watch after
+        `seconds`; `path` may carry a query (fieldSelector, resourceVersion)."""
+        sep = "&" if "?" in path else "?"
+        req = urllib.request.Request(
+            f"{self.creds.server}{path}{sep}watch=1&timeoutSeconds={seconds}", method="GET")
+        req.add_header("Accept", "application/json")
+        try:
+            resp = urllib.request.urlopen(req, context=self._ctx, timeout=seconds + 30)
+        except urllib.error.HTTPError as e:
+            raise ApiError(e.code, "GET", path, e.read().decode("utf-8", "replace")) from None
+        with resp:
+            for line in resp:
+                if line.strip():
+                    yield json.loads(line)
+
     def get(self, path: str) -> Any:
         return self.request("GET", path)
 
@@ -169,16 +187,14 @@ def split_documents(text: str) -> list[str]:
     return [d for d in docs if re.search(r"^\w", d, re.M)]
 
 
-def document_path(doc: str) -> str:
-    """The collection path a YAML document is POSTed to, from its top-level apiVersion/kind.
-
-    Only for cluster-scoped documents written by the bed or shipped in Volcano's module (CRDs,
-    webhook configurations): a namespaced document would need its metadata.namespace parsed.
-    """
+def document_path(doc: str, namespace: Optional[str] = None) -> str:
+    """The collection path a YAML document is POSTed to, from its top-level apiVersion/kind;
+    a namespaced kind goes to `namespace` (the caller's: this reads no metadata.namespace,
+    and the API server refuses a body whose namespace differs from the path's)."""
     fields = dict(_TOP_FIELD.findall(doc))
     if "apiVersion" not in fields or "kind" not in fields:
         raise ValueError("YAML document without a top-level apiVersion and kind")
-    return path_for(fields["apiVersion"], fields["kind"])
+    return path_for(fields["apiVersion"], fields["kind"], namespace)
 
 
 def document_name(doc: str) -> str:

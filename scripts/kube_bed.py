@@ -34,7 +34,8 @@ one run directory (default /tmp/ascend-node-kube-bed, or $KUBE_BED_DIR):
 
 `up` on a running bed with the same nodes reuses it; `down` stops every process it started
 (process groups, by recorded pid and start time) and leaves no mount or network namespace
-(the bed makes none). Exit codes: 0 ok, 2 usage, 3 no Go toolchain (nothing to build with),
+(the bed makes none). Exit codes: 0 ok, 2 usage (also: `up` with other --nodes/--a3 than the
+running bed's, which is left as it is), 3 no Go toolchain (nothing to build with),
 1 anything else (the failing process's log tail on stderr).
 """
 
@@ -87,6 +88,10 @@ VOLCANO_NAMESPACE = "volcano-system"
 
 class BedError(Exception):
     """`up` could not bring the bed up; the message names what and where its log is."""
+
+
+class BedInUse(Exception):
+    """`up` with other nodes than the running bed's: it is left running, untouched."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -459,7 +464,7 @@ def up(run: Path, nodes: int, a3: bool) -> Path:
         state = _load(run)
         if state.get("node_count") == nodes and state.get("a3") == a3:
             return kubeconfig
-        raise BedError(f"a bed runs in {run} with --nodes {state.get('node_count')}"
+        raise BedInUse(f"a bed runs in {run} with --nodes {state.get('node_count')}"
                        f"{' --a3' if state.get('a3') else ''}: `scripts/kube-bed down` first")
     down(run)
     t0 = time.monotonic()
@@ -706,6 +711,9 @@ def main(argv: Optional[list[str]] = None) -> int:
             ap.error(f"--nodes {args.nodes}: between 1 and 64")
         try:
             print(up(run, args.nodes, args.a3))
+        except BedInUse as e:
+            print(f"kube-bed up: {e}", file=sys.stderr)
+            return 2
         except BedError as e:
             down(run)  # nothing half-up left running; the logs stay in the run directory
             print(f"kube-bed up: {e}", file=sys.stderr)

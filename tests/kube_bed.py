@@ -63,6 +63,12 @@ class Bed:
     def jobs_path(self, ns: str, name: str = "") -> str:
         return str(self.api.path_for(JOBS_API, "Job", ns, name or None))
 
+    def apply(self, ns: str, text: str) -> list[Any]:
+        """Every document of a rendered stream, created in `ns` in order (as `kubectl
+        create -f` does)."""
+        return [self.kube.create_yaml(self.api.document_path(doc, ns), doc)
+                for doc in self.api.split_documents(text)]
+
     def pods(self, ns: str) -> list[dict[str, Any]]:
         return list(self.kube.get(f"/api/v1/namespaces/{ns}/pods")["items"])
 
@@ -101,14 +107,15 @@ class Bed:
         self.kube.delete(f"/api/v1/namespaces/{ns}")
 
 
-def open_bed(tmp_path_factory: pytest.TempPathFactory, nodes: int = 4) -> Iterator[Bed]:
+def open_bed(tmp_path_factory: pytest.TempPathFactory, nodes: int = 4,
+             a3: bool = False) -> Iterator[Bed]:
     """Start a bed for the session, yield it, stop it; skip (saying why) when it cannot run."""
     if shutil.which("openssl") is None:
         pytest.skip("openssl not installed: the kube bed signs its certificates with it")
     api, bed = load_scripts()
-    run = tmp_path_factory.mktemp("kube-bed")
+    run = tmp_path_factory.mktemp("kube-bed-a3" if a3 else "kube-bed")
     try:
-        bed.up(run, nodes, False)
+        bed.up(run, nodes, a3)
     except SystemExit as e:
         if e.code == 3:
             pytest.skip("no Go toolchain (go on PATH or /usr/local/go/bin/go): the kube bed's "

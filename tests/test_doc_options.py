@@ -39,6 +39,9 @@ FOREIGN: dict[str, frozenset[str]] = {
     "Volcano's svc plugin": frozenset({"--disable-network-policy"}),
     "a training script's own argument (docs/launchers.md)": frozenset({"--config"}),
     "the docs' example of an unknown option": frozenset({"--bogus"}),
+    "etcd and kube-apiserver (docs/kube-bed.md)": frozenset({
+        "--unsafe-no-fsync", "--authorization-mode", "--client-ca-file",
+        "--endpoint-reconciler-type"}),
 }
 """Flags the documents quote for other programs. The benchmark and CI scripts' own options
 (`bench/*.py`, `scripts/*`) are read from their sources below."""
