@@ -74,7 +74,6 @@ import sys
 import threading
 import time
 import urllib.parse
-import urllib.request
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -1142,25 +1141,20 @@ class Agent:
                     if w.uid not in seen:
                         self.observe(node, "DELETED", w.pod)
                 rv = listed["metadata"]["resourceVersion"]
-                self.stream(node, f"{base}&watch=1&resourceVersion={rv}"
-                            "&timeoutSeconds=300&allowWatchBookmarks=true")
+                self.stream(node, f"{base}&resourceVersion={rv}&allowWatchBookmarks=true")
             except Exception as e:  # a watch breaks: list again
                 if not self.stopping.is_set():
                     self.log(f"{node.name}: watch: {type(e).__name__}: {e}")
                     time.sleep(1)
 
     def stream(self, node: Node, path: str) -> None:
-        req = urllib.request.Request(node.kube.creds.server + path)
-        req.add_header("Accept", "application/json")
-        with urllib.request.urlopen(req, context=node.kube._ctx, timeout=330) as resp:
-            for line in resp:
-                if self.stopping.is_set():
-                    return
-                event = json.loads(line)
-                if event["type"] == "ERROR":
-                    return  # e.g. 410 Gone: list again
-                if event["type"] in ("ADDED", "MODIFIED", "DELETED"):
-                    self.observe(node, event["type"], event["object"])
+        for event in node.kube.watch(path, seconds=300):
+            if self.stopping.is_set():
+                return
+            if event["type"] == "ERROR":
+                return  # e.g. 410 Gone: list again
+            if event["type"] in ("ADDED", "MODIFIED", "DELETED"):
+                self.observe(node, event["type"], event["object"])
 
     def observe(self, node: Node, kind: str, pod: dict[str, Any]) -> None:
         uid = pod["metadata"]["uid"]
