@@ -416,12 +416,17 @@ class Node:
     resource: str
     host_ip: str
     ips: set[int] = field(default_factory=set)
+    last_ip: int = 1
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def take_ip(self) -> str:
+        """The next free address after the last one handed out, as CNI's host-local IPAM
+        allocates (a re-created pod gets a new address, not the one just freed)."""
         with self.lock:
-            host = next(i for i in range(2, 255) if i not in self.ips)
+            order = [*range(self.last_ip + 1, 255), *range(2, self.last_ip + 1)]
+            host = next(i for i in order if i not in self.ips)
             self.ips.add(host)
+            self.last_ip = host
         return f"{NETWORK_PREFIX}{self.index}.{host}"
 
     def free_ip(self, ip: str) -> None:
@@ -634,7 +639,8 @@ class PodWorker:
         if devs:
             env["ASCEND_VISIBLE_DEVICES"] = ",".join(str(d) for d in devs)
         for k, v in self.agent.sim_env.items():
-            env[k] = v.format(pod=self.name, namespace=self.ns, node=self.node.name)
+            task = self.pod["metadata"].get("annotations", {}).get("volcano.sh/task-spec", "")
+            env[k] = v.format(pod=self.name, namespace=self.ns, node=self.node.name, task=task)
         try:
             sec_args, fs_group = security_args(spec.get("securityContext", {}),
                                                c.get("securityContext", {}))
@@ -1211,7 +1217,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                     help="the container bed's work directory (podman state, images)")
     ap.add_argument("--sim-env", action="append", default=[], metavar="KEY=VALUE",
                     help="env the fake vendor stack reads, added to every container "
-                         "({pod}, {namespace}, {node} filled in)")
+                         "({pod}, {namespace}, {node}, {task} filled in)")
     args = ap.parse_args(argv)
     sim = dict(item.split("=", 1) for item in args.sim_env)
     agent = Agent(args.run_dir.resolve(), args.work.resolve(), sim)

@@ -43,7 +43,17 @@ SIM_ENV = {
     "ASCEND_NODE_SIM_LOAD_S": f"{LOAD_S:g}",
     "ASCEND_NODE_SIM_REPORT": f"{MODEL_PATH}/{SIM_DIR}/{{pod}}",
     "PYTHONUNBUFFERED": "1",
+    # MindIE-Motor's coordinator and controller, faked (ascend_node/sim/fake_motor.py) under
+    # the names the rendered mindie-pd commands exec, found first on PATH from the claim
+    "PATH": f"{MODEL_PATH}/{SIM_DIR}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:"
+            "/sbin:/bin",
+    "ASCEND_NODE_SIM_MOTOR_PERIOD": "1",
+    "ASCEND_NODE_SIM_MOTOR_STATE": f"{MODEL_PATH}/{SIM_DIR}/{{task}}.jsonl",
 }
+MOTOR_FAKE = """#!/bin/sh
+# MindIE-Motor's {role}, faked (ascend_node/sim/fake_motor.py)
+exec python3 -m ascend_node.sim.fake_motor {role} "$@"
+"""
 
 
 def _load(name: str) -> ModuleType:
@@ -113,6 +123,11 @@ class AgentBed:
         (host / SIM_DIR).mkdir(parents=True)
         (host / SIM_DIR).chmod(0o777)
         (host / "config.json").write_text(SIM_MODEL_CONFIG)
+        (host / SIM_DIR / "bin").mkdir()
+        for role in ("coordinator", "controller"):
+            script = host / SIM_DIR / "bin" / f"mindie_motor_{role}"
+            script.write_text(MOTOR_FAKE.format(role=role))
+            script.chmod(0o755)
         if uid is not None:
             subprocess.run(["chown", "-R", f"{uid}:{uid}", str(host)], check=True)
         pv = f"{ns}-{name}"

@@ -89,10 +89,13 @@ class JobRun:
                 raise AssertionError(f"{failed} Failed\n{self.describe()}")
             return pods if len(pods) == count and all(ready(p) for p in pods) else []
         try:
-            return list(self.agent.kube_bed.wait(f"{count} pods of {self.ns} Ready", probe,
+            pods = list(self.agent.kube_bed.wait(f"{count} pods of {self.ns} Ready", probe,
                                                  timeout))
         except TimeoutError as e:
             raise AssertionError(f"{e}\n{self.describe()}") from None
+        for p in pods:  # seen Ready here, if the timeline's poll has not yet
+            self.timeline.note(p["metadata"]["name"], "ready")
+        return pods
 
     def describe(self) -> str:
         lines = []
@@ -306,3 +309,87 @@ def test_exit_5_aborts_the_job(agent: AgentBed) -> None:
         for root, files in saved.items():
             for name, blob in files.items():
                 (root / data / name).write_bytes(blob)
+
+
+def pd_groups(doc: Any) -> dict[str, list[str]]:
+    """group id -> its servers' pod IPs."""
+    return {g["group_id"]: [s["server_ip"] for s in g["server_list"]]
+            for g in doc["server_group_list"]}
+
+
+def test_mindie_pd_comes_up_and_a_decode_pod_failing_restarts_its_task_alone(
+        agent: AgentBed) -> None:
+    """1 prefill instance of 2 pods, 1 decode of 1, the coordinator and the controller (with
+    its table writer as a native sidecar): all Ready, the global table names every group;
+    a decode pod killed -> Volcano's RestartTask (the rendered task policy): only that pod
+    re-created, the prefill pods untouched, the table rewritten with its new address."""
+    from ascend_node.pd.files import validate_global_file
+    from ascend_node.pd.motor_rules import flags_from_controller_config
+
+    run_id = "pd-1"
+    with JobRun(agent, "kp-pd", "pd", "--kind", "mindie-pd", "--run-id", run_id,
+                "--prefill", "1", "--prefill-pods", "2", "--decode", "1",
+                "--decode-pods", "1") as run:
+        pods = run.wait_ready(5, timeout=300)
+        print(f"mindie-pd 5 pods: apply -> {run.timeline.summary()}")
+        ip = {p["metadata"]["name"]: p["status"]["podIP"] for p in pods}
+        path = run.claim / ".ascend-node" / run_id / "pd" / "global_ranktable.json"
+
+        def table() -> Any:
+            try:
+                return json.loads(path.read_text())
+            except (OSError, ValueError):
+                return None
+
+        def complete() -> Any:
+            doc = table()
+            return doc if doc is not None and sorted(pd_groups(doc)) == ["0", "1", "2", "3"] \
+                else None
+        try:
+            before = pd_groups(agent.kube_bed.wait("the global table", complete, 120))
+        except TimeoutError as e:
+            raise AssertionError(f"{e}\n{run.describe()}") from None
+        assert before == {"0": [ip["pd-coordinator-0"]], "1": [ip["pd-controller-0"]],
+                          "2": [ip["pd-prefill-0-0"], ip["pd-prefill-0-1"]],
+                          "3": [ip["pd-decode-0-0"]]}
+        (cm,) = [yaml.safe_load(d) for d in agent.kube_bed.api.split_documents(run.text)
+                 if "kind: ConfigMap" in d]
+        flags = flags_from_controller_config(json.loads(cm["data"]["ms_controller.json"]))
+        assert validate_global_file(path, flags, check_owner_uid=0) == []
+
+        uids = {p["metadata"]["name"]: p["metadata"]["uid"] for p in pods}
+        decode = next(p for p in pods if p["metadata"]["name"] == "pd-decode-0-0")
+        agent.containers.podman("kill", "-s", "KILL", agent.container(decode), check=False)
+
+        def restarted() -> list[dict[str, Any]]:
+            now = run.pods()
+            new = [p for p in now if p["metadata"]["name"] == "pd-decode-0-0"
+                   and p["metadata"]["uid"] != uids["pd-decode-0-0"] and ready(p)]
+            return now if new else []
+        t0 = time.monotonic()
+        try:
+            after_pods = agent.kube_bed.wait("the decode pod re-created and Ready", restarted,
+                                             300)
+        except TimeoutError as e:
+            raise AssertionError(f"{e}\n{run.describe()}") from None
+        t_ready = time.monotonic() - t0
+        new_ip = next(p["status"]["podIP"] for p in after_pods
+                      if p["metadata"]["name"] == "pd-decode-0-0")
+        assert new_ip != ip["pd-decode-0-0"]
+        for p in after_pods:  # the task alone: every other pod the same one, still Ready
+            if p["metadata"]["name"] != "pd-decode-0-0":
+                assert p["metadata"]["uid"] == uids[p["metadata"]["name"]], p["metadata"]
+                assert ready(p)
+        try:
+            agent.kube_bed.wait("the table rewritten with the new decode address",
+                                lambda: (table() or {}) and pd_groups(table()).get("3") ==
+                                [new_ip], 120)
+        except TimeoutError as e:
+            raise AssertionError(f"{e}\n{run.describe()}") from None
+        print(f"mindie-pd RestartTask: decode Ready again {t_ready:.1f} s after the kill, "
+              f"the table rewritten {time.monotonic() - t0:.1f} s after it")
+        after = pd_groups(table())
+        assert {k: v for k, v in after.items() if k != "3"} == \
+            {k: v for k, v in before.items() if k != "3"}
+        status = job_status(agent, run.ns, "pd")
+        assert not status.get("retryCount"), status  # a task restart is no job retry

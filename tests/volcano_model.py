@@ -13,7 +13,11 @@ Copied as facts (not code) from volcano-sh/volcano:
   request's, gives the action; no match is `SyncJob`.
 - state/running.go: `RestartJob` kills the pods, RetryCount += 1, phase Restarting;
   `AbortJob` kills them and aborts. state/restarting.go: RetryCount >= maxRetry -> Failed,
-  else the job starts again (Pending), with its version bumped.
+  else the job starts again (Pending), with its version bumped. The model bumps it by one;
+  the real controller (v1.10.0, tests/test_kube_jobs.py) bumps it on every `killJob`, which
+  the Restarting state runs on each sync until the old pods are gone: one restart went
+  0 -> 2 there. Only "a later attempt has a greater version" holds; nothing here relies on
+  more.
 """
 
 from __future__ import annotations
