@@ -317,12 +317,17 @@ def pd_groups(doc: Any) -> dict[str, list[str]]:
             for g in doc["server_group_list"]}
 
 
-def test_mindie_pd_comes_up_and_a_decode_pod_failing_restarts_its_task_alone(
+def test_mindie_pd_comes_up_and_volcano_1_10_leaves_a_failed_decode_pod_failed(
         agent: AgentBed) -> None:
     """1 prefill instance of 2 pods, 1 decode of 1, the coordinator and the controller (with
-    its table writer as a native sidecar): all Ready, the global table names every group;
-    a decode pod killed -> Volcano's RestartTask (the rendered task policy): only that pod
-    re-created, the prefill pods untouched, the table rewritten with its new address."""
+    its table writer as a native sidecar): all Ready, the global table names every group and
+    passes the controller's rules. Then a decode pod killed: the rendered task policy says
+    `RestartTask`, which Volcano v1.10.0's webhook accepts (validate/util.go) but its job
+    controller does not implement - state/running.go has no case for it, so the request
+    falls to `SyncJob` and the failed pod stays Failed, the instance down, no retry. What
+    tests/volcano_model.py and the podman bed (`KubeletBed.restart_task`) assumed is not
+    what this Volcano does; this test holds the real behaviour so that a Volcano that does
+    restart the task (or a manifest that stops relying on it) shows up here."""
     from ascend_node.pd.files import validate_global_file
     from ascend_node.pd.motor_rules import flags_from_controller_config
 
@@ -335,16 +340,12 @@ def test_mindie_pd_comes_up_and_a_decode_pod_failing_restarts_its_task_alone(
         ip = {p["metadata"]["name"]: p["status"]["podIP"] for p in pods}
         path = run.claim / ".ascend-node" / run_id / "pd" / "global_ranktable.json"
 
-        def table() -> Any:
+        def complete() -> Any:
             try:
-                return json.loads(path.read_text())
+                doc = json.loads(path.read_text())
             except (OSError, ValueError):
                 return None
-
-        def complete() -> Any:
-            doc = table()
-            return doc if doc is not None and sorted(pd_groups(doc)) == ["0", "1", "2", "3"] \
-                else None
+            return doc if sorted(pd_groups(doc)) == ["0", "1", "2", "3"] else None
         try:
             before = pd_groups(agent.kube_bed.wait("the global table", complete, 120))
         except TimeoutError as e:
@@ -361,35 +362,17 @@ def test_mindie_pd_comes_up_and_a_decode_pod_failing_restarts_its_task_alone(
         decode = next(p for p in pods if p["metadata"]["name"] == "pd-decode-0-0")
         agent.containers.podman("kill", "-s", "KILL", agent.container(decode), check=False)
 
-        def restarted() -> list[dict[str, Any]]:
-            now = run.pods()
-            new = [p for p in now if p["metadata"]["name"] == "pd-decode-0-0"
-                   and p["metadata"]["uid"] != uids["pd-decode-0-0"] and ready(p)]
-            return now if new else []
-        t0 = time.monotonic()
-        try:
-            after_pods = agent.kube_bed.wait("the decode pod re-created and Ready", restarted,
-                                             300)
-        except TimeoutError as e:
-            raise AssertionError(f"{e}\n{run.describe()}") from None
-        t_ready = time.monotonic() - t0
-        new_ip = next(p["status"]["podIP"] for p in after_pods
-                      if p["metadata"]["name"] == "pd-decode-0-0")
-        assert new_ip != ip["pd-decode-0-0"]
-        for p in after_pods:  # the task alone: every other pod the same one, still Ready
-            if p["metadata"]["name"] != "pd-decode-0-0":
-                assert p["metadata"]["uid"] == uids[p["metadata"]["name"]], p["metadata"]
-                assert ready(p)
-        try:
-            agent.kube_bed.wait("the table rewritten with the new decode address",
-                                lambda: (table() or {}) and pd_groups(table()).get("3") ==
-                                [new_ip], 120)
-        except TimeoutError as e:
-            raise AssertionError(f"{e}\n{run.describe()}") from None
-        print(f"mindie-pd RestartTask: decode Ready again {t_ready:.1f} s after the kill, "
-              f"the table rewritten {time.monotonic() - t0:.1f} s after it")
-        after = pd_groups(table())
-        assert {k: v for k, v in after.items() if k != "3"} == \
-            {k: v for k, v in before.items() if k != "3"}
+        def failed() -> Any:
+            pod = next(p for p in run.pods() if p["metadata"]["name"] == "pd-decode-0-0")
+            return pod if pod["status"].get("phase") == "Failed" else None
+        agent.kube_bed.wait("the decode pod Failed", failed, 60)
+        # A RestartJob acted within seconds here (test above); give RestartTask 20 s.
+        time.sleep(20)
+        now = {p["metadata"]["name"]: p for p in run.pods()}
+        assert now["pd-decode-0-0"]["metadata"]["uid"] == uids["pd-decode-0-0"]
+        assert now["pd-decode-0-0"]["status"]["phase"] == "Failed"
+        for name, pod in now.items():
+            if name != "pd-decode-0-0":
+                assert pod["metadata"]["uid"] == uids[name] and ready(pod), name
         status = job_status(agent, run.ns, "pd")
-        assert not status.get("retryCount"), status  # a task restart is no job retry
+        assert status["state"]["phase"] == "Running" and not status.get("retryCount"), status

@@ -18,6 +18,11 @@ Copied as facts (not code) from volcano-sh/volcano:
   the Restarting state runs on each sync until the old pods are gone: one restart went
   0 -> 2 there. Only "a later attempt has a greater version" holds; nothing here relies on
   more.
+- `RestartTask` (JobRun below) is NOT what Volcano v1.10.0 does: its webhook accepts the
+  action but state/running.go has no case for it, so it is `SyncJob` and a failed pod of
+  the task stays Failed (tests/test_kube_jobs.py, the mindie-pd test). The model keeps
+  the task restart as the action's documented meaning (apis bus/v1alpha1/actions.go:
+  "only the task will be restarted"), which newer Volcano releases would have to honour.
 """
 
 from __future__ import annotations
