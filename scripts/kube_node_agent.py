@@ -546,6 +546,9 @@ class PodWorker:
         # all containers' podman arguments before any runs: a bad reference fails the pod
         # before anything started (the kubelet too reports CreateContainerConfigError).
         argvs = self.prepare()
+        self.slow_pull()
+        if self.stop.is_set():
+            return
         self.sandbox_up()
         self.publish()
         for c, st in zip(self.init_specs, self.inits):
@@ -576,6 +579,20 @@ class PodWorker:
             # the kubelet ends the sidecars once every app container ended
             self.agent.podman("stop", "-t", "5", *(self.cname(c) for c in self.sidecar_specs),
                               check=False, timeout=60)
+
+    def slow_pull(self) -> None:
+        """The images are local, so no pull takes time - unless a test says one does:
+        `<work>/kube-nodes/slow-pulls/<namespace>_<pod>` holding seconds makes this pod's
+        next start wait that long in ContainerCreating (then the file is gone: one slow
+        pull), as a node pulling a large image would."""
+        mark = self.agent.work / "kube-nodes" / "slow-pulls" / f"{self.ns}_{self.name}"
+        try:
+            seconds = float(mark.read_text())
+            mark.unlink()
+        except (OSError, ValueError):
+            return
+        self.agent.log(f"{self.key}: pulling its image takes {seconds:g} s (slow-pulls)")
+        self.stop.wait(seconds)
 
     def prepare(self) -> dict[str, list[str]]:
         """Every container's `podman run`, retried while the Node authorizer does not yet

@@ -72,6 +72,9 @@ class Timeline:
 
     t0: float
     seen: dict[str, dict[str, float]] = field(default_factory=dict)
+    # (pod, uid) -> (the pod, its first terminated container state) as the watch saw it
+    terminated: dict[tuple[str, str], tuple[dict[str, Any], dict[str, Any]]] = field(
+        default_factory=dict)
 
     def note(self, pod: str, what: str) -> None:
         self.seen.setdefault(pod, {}).setdefault(what, time.monotonic() - self.t0)
@@ -146,25 +149,40 @@ class AgentBed:
         return host
 
     def watch(self, ns: str, timeline: Timeline, stop: threading.Event) -> threading.Thread:
-        """Poll the namespace's pods into `timeline` until `stop` (0.25 s apart)."""
+        """Watch the namespace's pods into `timeline` until `stop`: every state the API
+        server held, even one replaced within a second (a failed pod a restart deletes)."""
+        def note(p: dict[str, Any]) -> None:
+            name = p["metadata"]["name"]
+            timeline.note(name, "created")
+            if p["spec"].get("nodeName"):
+                timeline.note(name, "bound")
+            status = p.get("status", {})
+            if status.get("phase") == "Running":
+                timeline.note(name, "running")
+            if any(c["type"] == "Ready" and c["status"] == "True"
+                   for c in status.get("conditions", [])):
+                timeline.note(name, "ready")
+            for c in status.get("containerStatuses", []):
+                term = c.get("state", {}).get("terminated")
+                if term:
+                    timeline.terminated.setdefault((name, p["metadata"]["uid"]), (p, term))
+
         def loop() -> None:
+            path = f"/api/v1/namespaces/{ns}/pods"
             while not stop.is_set():
                 try:
-                    pods = self.kube_bed.pods(ns)
-                except Exception:  # a missed poll is only a coarser time
-                    pods = []
-                for p in pods:
-                    name = p["metadata"]["name"]
-                    timeline.note(name, "created")
-                    if p["spec"].get("nodeName"):
-                        timeline.note(name, "bound")
-                    status = p.get("status", {})
-                    if status.get("phase") == "Running":
-                        timeline.note(name, "running")
-                    if any(c["type"] == "Ready" and c["status"] == "True"
-                           for c in status.get("conditions", [])):
-                        timeline.note(name, "ready")
-                stop.wait(0.25)
+                    listed = self.kube.get(path)
+                    for p in listed["items"]:
+                        note(p)
+                    rv = listed["metadata"]["resourceVersion"]
+                    while not stop.is_set():
+                        for event in self.kube.watch(f"{path}?resourceVersion={rv}", 5):
+                            if event["type"] == "ERROR":
+                                raise OSError(str(event["object"]))
+                            note(event["object"])
+                            rv = event["object"]["metadata"]["resourceVersion"]
+                except Exception:  # a broken watch: list again
+                    stop.wait(0.2)
         t = threading.Thread(target=loop, daemon=True)
         t.start()
         return t

@@ -376,3 +376,49 @@ def test_mindie_pd_comes_up_and_volcano_1_10_leaves_a_failed_decode_pod_failed(
                 assert pod["metadata"]["uid"] == uids[name] and ready(pod), name
         status = job_status(agent, run.ns, "pd")
         assert status["state"]["phase"] == "Running" and not status.get("retryCount"), status
+
+
+def test_exit_4_restarts_the_job_with_a_new_attempt(agent: AgentBed) -> None:
+    """The worker's node pulls its image slowly the first time (longer than the rendered
+    --timeout): the master's wait for its peers times out, it exits 4 naming the missing
+    node in its termination message, and Volcano's controller restarts the job
+    (RestartJob): the same pod names, new UIDs, a greater job version, retryCount 1, and
+    the second attempt's table on both."""
+    slow = Path(agent.containers.work) / "kube-nodes" / "slow-pulls"
+    slow.mkdir(parents=True, exist_ok=True)
+    (slow / "kp-exit4_xj-worker-0").write_text("90")
+    try:
+        with JobRun(agent, "kp-exit4", "xj", "--kind", "mindie", "--nodes", "2",
+                    "--timeout", "20") as run:
+            def exited_4() -> Any:
+                return next((seen for seen in list(run.timeline.terminated.values())
+                             if seen[1].get("exitCode") == 4), None)
+            try:
+                failed, term = agent.kube_bed.wait("a pod exits 4", exited_4, 180)
+            except TimeoutError as e:
+                raise AssertionError(f"{e}\n{run.describe()}") from None
+            message = term.get("message", "")
+            print(f"exit 4: {failed['metadata']['name']}: {message.strip()[-300:]!r}")
+            assert failed["metadata"]["name"] == "xj-master-0"
+            assert "waiting for peers" in message and "worker 0" in message, message
+            uids = {uid for _, uid in run.timeline.terminated} | {failed["metadata"]["uid"]}
+            v0 = int(failed["metadata"]["annotations"]["volcano.sh/job-version"])
+
+            def again() -> list[dict[str, Any]]:
+                pods = run.pods()
+                fresh = [p for p in pods if p["metadata"]["uid"] not in uids and ready(p)]
+                return pods if len(fresh) == 2 and len(pods) == 2 else []
+            try:
+                pods = list(agent.kube_bed.wait("the job re-created and Ready", again, 300))
+            except TimeoutError as e:
+                raise AssertionError(f"{e}\n{run.describe()}") from None
+            assert [p["metadata"]["name"] for p in pods] == ["xj-master-0", "xj-worker-0"]
+            (v1,) = {p["metadata"]["annotations"]["volcano.sh/job-version"] for p in pods}
+            assert int(v1) > v0
+            status = job_status(agent, run.ns, "xj")
+            assert status.get("retryCount") == 1, status
+            for pod in pods:
+                assert run.daemon_env(pod["metadata"]["name"])["ASCEND_NODE_JOB_VERSION"] == v1
+            check_job(agent, run, pods, 8)
+    finally:
+        (slow / "kp-exit4_xj-worker-0").unlink(missing_ok=True)
