@@ -51,8 +51,9 @@ def model_claim(bed: Bed, ns: str, claim: str = "model") -> None:
 
 def submit(bed: Bed, ns: str, *args: str) -> dict[str, Any]:
     model_claim(bed, ns)
-    text = render("--namespace", ns, *args)
-    return dict(bed.kube.create_yaml(bed.jobs_path(ns), text))
+    created = bed.apply(ns, render("--namespace", ns, *args))
+    (job,) = [obj for obj in created if obj["kind"] == "Job"]
+    return dict(job)
 
 
 def bound(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -13,16 +13,13 @@ Copied as facts (not code) from volcano-sh/volcano:
   request's, gives the action; no match is `SyncJob`.
 - state/running.go: `RestartJob` kills the pods, RetryCount += 1, phase Restarting;
   `AbortJob` kills them and aborts. state/restarting.go: RetryCount >= maxRetry -> Failed,
-  else the job starts again (Pending), with its version bumped. The model bumps it by one;
-  the real controller (v1.10.0, tests/test_kube_jobs.py) bumps it on every `killJob`, which
-  the Restarting state runs on each sync until the old pods are gone: one restart went
-  0 -> 2 there. Only "a later attempt has a greater version" holds; nothing here relies on
-  more.
-- `RestartTask` (JobRun below) is NOT what Volcano v1.10.0 does: its webhook accepts the
-  action but state/running.go has no case for it, so it is `SyncJob` and a failed pod of
-  the task stays Failed (tests/test_kube_jobs.py, the mindie-pd test). The model keeps
-  the task restart as the action's documented meaning (apis bus/v1alpha1/actions.go:
-  "only the task will be restarted"), which newer Volcano releases would have to honour.
+  else the job starts again (Pending), with its version bumped.
+
+Checked against the real controller (tests/test_kube_policies.py, Volcano v1.10.0): the
+restarts, the abort and the end after maxRetry agree. Two details the model leaves out:
+the version rises once per kill pass (two or more per restart, not one; only its order is
+used here; tests/test_kube_jobs.py saw 0 -> 2 with the nodes' agent running the pods), and
+`AbortJob` keeps a pod that already failed (its logs stay readable).
 """
 
 from __future__ import annotations
@@ -96,8 +93,10 @@ def apply_policies(job: Mapping[str, Any], req: Request, job_version: int) -> st
 class JobRun:
     """One Job's life under a sequence of pod events: its phase, retries and actions.
 
-    `RestartTask` (state/running.go: `KillTarget` of the request's task) deletes and
-    re-creates that task's pods only: no retry counted, no new job version."""
+    `RestartTask` deletes and re-creates that task's pods only: no retry counted, no new
+    job version - the action's documented meaning (volcano.sh/apis bus/v1alpha1
+    actions.go), which Volcano v1.10.0's controller does not carry out (state/running.go
+    has no case for it: tests/test_kube_policies.py, tests/test_kube_jobs.py)."""
 
     job: Mapping[str, Any]
     phase: str = "Running"
