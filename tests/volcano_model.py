@@ -18,7 +18,8 @@ Copied as facts (not code) from volcano-sh/volcano:
 Checked against the real controller (tests/test_kube_policies.py, Volcano v1.10.0): the
 restarts, the abort and the end after maxRetry agree. Two details the model leaves out:
 the version rises once per kill pass (two or more per restart, not one; only its order is
-used here), and `AbortJob` keeps a pod that already failed (its logs stay readable).
+used here; tests/test_kube_jobs.py saw 0 -> 2 with the nodes' agent running the pods), and
+`AbortJob` keeps a pod that already failed (its logs stay readable).
 """
 
 from __future__ import annotations
@@ -92,8 +93,10 @@ def apply_policies(job: Mapping[str, Any], req: Request, job_version: int) -> st
 class JobRun:
     """One Job's life under a sequence of pod events: its phase, retries and actions.
 
-    `RestartTask` (state/running.go: `KillTarget` of the request's task) deletes and
-    re-creates that task's pods only: no retry counted, no new job version."""
+    `RestartTask` deletes and re-creates that task's pods only: no retry counted, no new
+    job version - the action's documented meaning (volcano.sh/apis bus/v1alpha1
+    actions.go), which Volcano v1.10.0's controller does not carry out (state/running.go
+    has no case for it: tests/test_kube_policies.py, tests/test_kube_jobs.py)."""
 
     job: Mapping[str, Any]
     phase: str = "Running"
