@@ -352,32 +352,18 @@ def termination_message(text: str, logs: str, policy: str, exit_code: int) -> st
 
 # ---- the node's host files ----------------------------------------------------------
 
-ASCEND_INSTALL_INFO = "UserName=HwHiAiUser\nUserGroup=HwHiAiUser\nInstall_Path=/usr/local/Ascend\n"
 
 
 def write_node_root(root: Path, index: int, npus: int) -> None:
-    """A fake Ascend node's `/`: the driver directory with the fake hccn_tool and its
-    answers (sim-data), /etc/hccn.conf, the fake npu-smi, /usr/local/dcmi,
-    /etc/ascend_install.info (the paths the manifests' hostPath volumes name)."""
+    """A fake Ascend node's `/`: the container bed's host files (`cb.write_node_root`: the
+    driver directory with the fake hccn_tool, /etc/hccn.conf, the fake npu-smi,
+    /usr/local/dcmi, /etc/ascend_install.info, at the paths the manifests' hostPath volumes
+    name) and, in the driver directory, the fake tools' answers for this node (sim-data)."""
     from ascend_node.sim.cluster import device_ip
-    from ascend_node.sim.fake_tools import (
-        HCCN_TOOL_SCRIPT,
-        NPU_SMI_SCRIPT,
-        FakeDevice,
-        write_node_data,
-    )
+    from ascend_node.sim.fake_tools import FakeDevice, write_node_data
 
-    files = {cb.HCCN_TOOL_PATH: (HCCN_TOOL_SCRIPT, 0o755), cb.NPU_SMI_PATH: (NPU_SMI_SCRIPT, 0o755),
-             "/etc/ascend_install.info": (ASCEND_INSTALL_INFO, 0o644),
-             "/etc/hccn.conf": ("".join(f"address_{d}={device_ip(index, d)}\n"
-                                        f"netmask_{d}=255.255.255.0\n"
-                                        for d in range(npus)), 0o644)}
-    for path, (text, mode) in files.items():
-        target = root / path.lstrip("/")
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(text)
-        target.chmod(mode)
-    (root / "usr/local/dcmi").mkdir(parents=True, exist_ok=True)
+    cb.write_node_root(root, "".join(f"address_{d}={device_ip(index, d)}\n"
+                                     f"netmask_{d}=255.255.255.0\n" for d in range(npus)))
     write_node_data(root / "usr/local/Ascend/driver/sim-data",
                     [FakeDevice(d, device_ip(index, d)) for d in range(npus)])
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import calendar
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -25,6 +26,8 @@ import yaml
 
 from tests.kube_agent_bed import MODEL_PATH, SIM_DIR, AgentBed, Timeline, open_agent
 from tests.kube_bed import Bed
+
+ROOT = Path(__file__).resolve().parent.parent
 
 pytestmark = [pytest.mark.kube, pytest.mark.containers]
 
@@ -60,8 +63,35 @@ class JobRun:
         self.text = render("--namespace", ns, "--name", name, "--image", IMAGE,
                            "--pvc", "model", "--model-path", MODEL_PATH, "--timeout", "120",
                            *flags)
+        if "--init-container" in flags:
+            self.text = self._with_server_config(self.text, uid)
         self.stop = threading.Event()
         self.timeline = Timeline(time.monotonic())
+
+    def _with_server_config(self, text: str, uid: Any) -> str:
+        """The init-container variant patches no MindIE config.json (its server image has no
+        agent): the platform engineer ships one and names it with MindIE's own variable, as
+        tests/test_manifest_pods.py's run of that variant does. Here: the simulation's file
+        with HTTPS off, on the claim, and `MIES_CONFIG_JSON_PATH` added to each server
+        container of the rendered Job."""
+        shipped = json.loads((ROOT / "ascend_node/sim/data/mindie-config.json").read_text())
+        shipped["ServerConfig"]["httpsEnabled"] = False
+        target = self.claim / SIM_DIR / "mindie-config.json"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(json.dumps(shipped))
+        target.chmod(0o640)
+        if uid is not None:
+            os.chown(target, uid, -1)
+        docs = []
+        for doc in self.agent.kube_bed.api.split_documents(text):
+            obj = yaml.safe_load(doc)
+            for task in obj.get("spec", {}).get("tasks", []) if obj.get("kind") == "Job" else []:
+                for container in task["template"]["spec"]["containers"]:
+                    container.setdefault("env", []).append(
+                        {"name": "MIES_CONFIG_JSON_PATH",
+                         "value": f"{MODEL_PATH}/{SIM_DIR}/mindie-config.json"})
+            docs.append(yaml.safe_dump(obj, sort_keys=False))
+        return "---\n".join(docs)
 
     def __enter__(self) -> JobRun:
         self.timeline = Timeline(time.monotonic())
@@ -191,7 +221,10 @@ def check_job(agent: AgentBed, run: JobRun, pods: list[dict[str, Any]], npus: in
         loaded = max(run.loaded_at(name), run.loaded_at(master["metadata"]["name"]))
         assert loaded and epoch(ready_at(pod)) >= int(loaded), (name, ready_at(pod), loaded)
         env = run.daemon_env(name)
-        assert env["MIES_CONTAINER_IP"] == pod["status"]["podIP"] == env["K8S_POD_IP"]
+        assert env["MIES_CONTAINER_IP"] == pod["status"]["podIP"]
+        # the downward API's pod IP reaches the agent's container (the server's, or the
+        # init container of --init-container, whose server container needs none)
+        assert env.get("K8S_POD_IP", env["MIES_CONTAINER_IP"]) == pod["status"]["podIP"]
         assert env["MASTER_IP"] == master["status"]["podIP"]
         assert env["WORLD_SIZE"] == str(npus * len(pods))
         assert len(env["ASCEND_VISIBLE_DEVICES"].split(",")) == npus
