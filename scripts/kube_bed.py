@@ -582,7 +582,7 @@ def up(run: Path, nodes: int, a3: bool, kubelet: bool = False,
     def established() -> bool:
         for name in crds:
             crd = admin.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")
-            conds = crd.get("status", {}).get("conditions", [])
+            conds = (crd.get("status") or {}).get("conditions") or []
             if not any(c["type"] == "Established" and c["status"] == "True" for c in conds):
                 return False
         return True

@@ -40,9 +40,9 @@ FOREIGN: dict[str, frozenset[str]] = {
     "a training script's own argument (docs/launchers.md)": frozenset({"--config"}),
     "the docs' examples of unknown options and typos": frozenset({
         "--bogus", "--pcv", "--launcer", "--motor-confg"}),
-    "etcd and kube-apiserver (docs/kube-bed.md)": frozenset({
+    "etcd, kube-apiserver and the kubelet (docs/kube-bed.md)": frozenset({
         "--unsafe-no-fsync", "--authorization-mode", "--client-ca-file",
-        "--endpoint-reconciler-type"}),
+        "--endpoint-reconciler-type", "--root-dir"}),
 }
 """Flags the documents quote for other programs. The benchmark and CI scripts' own options
 (`bench/*.py`, `scripts/*`) are read from their sources below."""

@@ -1,7 +1,7 @@
 // Command deviceplugin is the kube bed's stand-in for the Ascend device plugin (issue 37): it
 // speaks the kubelet's real device-plugin API (k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1),
-// advertises N fake NPUs as huawei.com/Ascend910 (device IDs Ascend910-<i>, as the Ascend
-// device plugin names them, shared/reference/ascend-facts.md §1.4) and, in Allocate, gives the
+// advertises N fake NPUs as huawei.com/Ascend910 (device IDs Ascend910-<i>, as MindCluster's
+// Ascend device plugin names them) and, in Allocate, gives the
 // container ASCEND_VISIBLE_DEVICES = the physical indices the kubelet chose, ascending. The
 // kubelet therefore hands NPUs only to containers whose limits ask for them.
 //
