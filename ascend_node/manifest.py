@@ -441,8 +441,9 @@ def _probes(p: ManifestParams, role: str) -> dict[str, Any]:
 
 
 # The run id as a label on the Job and its pods, so `launch` finds an earlier run's Jobs by a
-# label selector. The key is cube-studio's own (`run-id`: shared/reference/cube-studio-launcher.md,
-# "Environment the platform injects"), so the platform's tools that select by it see ours too.
+# label selector. The key is cube-studio's own (`run-id`: github.com/tencentmusic/cube-studio at
+# 852a7bd2, job-template/job/volcano/launcher.py), so the platform's tools that select by it see
+# ours too.
 RUN_ID_LABEL = "run-id"
 _LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
 

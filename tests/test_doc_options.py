@@ -40,6 +40,8 @@ FOREIGN: dict[str, frozenset[str]] = {
     "a training script's own argument (docs/launchers.md)": frozenset({"--config"}),
     "the docs' examples of unknown options and typos": frozenset({
         "--bogus", "--pcv", "--launcer", "--motor-confg"}),
+    "cube-studio's launcher template form fields (docs/launch.md)": frozenset({
+        "--num_worker", "--working_dir", "--command"}),
     "etcd and kube-apiserver (docs/kube-bed.md)": frozenset({
         "--unsafe-no-fsync", "--authorization-mode", "--client-ca-file",
         "--endpoint-reconciler-type"}),

@@ -1,6 +1,6 @@
 """The platform's way of asking (issue 39, Deliver 1): cube-studio's `KFJ_*` environment and
 the seed's form fields read into `manifest`'s options, every bad value named with its exit
-code. Syntaxes: shared/reference/cube-studio-launcher.md."""
+code. Syntaxes: docs/launch.md (cube-studio at 852a7bd2)."""
 
 from __future__ import annotations
 

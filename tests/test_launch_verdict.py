@@ -3,6 +3,8 @@ and its pods' statuses, pure, one row per outcome a pipeline relies on."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any, Optional
 
 import pytest
@@ -146,6 +148,31 @@ def test_pending_reason_prefers_the_podgroups_newest_unschedulable_condition() -
     events = [{"type": "Warning", "reason": "Unschedulable", "message": "event",
                "involvedObject": {"kind": "PodGroup"}}]
     assert pending_reason(groups, events).startswith("1/5 tasks in gang unschedulable")
+
+
+GANG = json.loads((Path(__file__).resolve().parents[1] / "fixtures" / "volcano"
+                   / "gang-unschedulable.json").read_text(encoding="utf-8"))
+GANG_WHY = ("1/5 tasks in gang unschedulable: pod group is not ready, 5 Pending, 5 minAvailable; "
+            "Pending: 1 Unschedulable, 4 Schedulable. Origin reason is five-worker-3: 0/4 nodes "
+            "are unavailable: 4 node(s) didn't match pod anti-affinity rules.")
+
+
+def test_pending_reason_of_the_real_gang_capture() -> None:
+    """What the kube bed's Volcano wrote for 5 pods on 4 nodes (fixtures/volcano/README.md)."""
+    assert GANG["job"]["status"]["state"]["phase"] == "Pending"
+    assert pending_reason(GANG["podgroups"], GANG["events"]) == GANG_WHY
+
+
+def test_pending_reason_of_the_real_gang_events_alone() -> None:
+    """Without the condition, the PodGroup's newest event — never a pod's `can possibly be
+    assigned to` (the newest events there), which says where a pod would fit, not why."""
+    # the PodGroup's event counts the gang differently from its condition (5/5, not 1/5)
+    assert pending_reason([], GANG["events"]) == "5/5" + GANG_WHY[3:]
+    pods_and_job = [e for e in GANG["events"] if e["involvedObject"]["kind"] != "PodGroup"]
+    assert pending_reason([], pods_and_job) == GANG_WHY  # the Job's event, its prefix cut
+    pods_only = [e for e in GANG["events"] if e["involvedObject"]["kind"] == "Pod"]
+    assert pending_reason([], pods_only) == \
+        "0/4 nodes are unavailable: 4 node(s) didn't match pod anti-affinity rules."
 
 
 def test_pending_reason_from_events_then_none() -> None:

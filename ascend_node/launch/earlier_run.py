@@ -1,7 +1,8 @@
 """An earlier run's Jobs: the selector that finds them and which of them to delete.
 
 cube-studio's launcher deletes every Job labelled with the step's run id before it creates
-the new one (shared/reference/cube-studio-launcher.md, "How it follows the Job", 1): a retried
+the new one (github.com/tencentmusic/cube-studio at 852a7bd2,
+job-template/job/volcano/launcher.py): a retried
 pipeline step must never meet the pods of its previous attempt (they would join the new
 attempt's rendezvous with a stale view). The label is the one `manifest` renders
 (`manifest.RUN_ID_LABEL`, `manifest.run_id_label_value`), so the selector is derived from the

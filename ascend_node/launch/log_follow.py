@@ -2,7 +2,8 @@
 
 The seed's launcher restarts `stern --since 10s` every hour, which loses what was written
 while no stream was open for more than 10 s and prints again what the last 10 s held
-(shared/reference/cube-studio-launcher.md, "How it follows the Job", 2-3). Here each pod's log
+(github.com/tencentmusic/cube-studio at 852a7bd2, job-template/job/volcano/launcher.py).
+Here each pod's log
 is read with `timestamps=true`: every line the API returns starts with the time the container
 runtime took it (RFC 3339 with nanoseconds; Kubernetes API, `PodLogOptions.timestamps`).
 After a stream drops (or `launch` closes it on purpose so no stream is held open forever) it is

@@ -4,8 +4,9 @@ cube-studio runs a launcher as one pipeline task's pod and tells it what to run 
 environment it injects (`KFJ_*`, `GPU_RESOURCE_NAME`, `RDMA_RESOURCE_NAME`, `HUBSECRET`,
 `DEFAULT_POD_RESOURCES`, `IMAGE_PULL_POLICY`) and through the template's form fields
 (`--num_worker`, `--image`, `--working_dir`, `--command`). Every syntax read here is the one
-shared/reference/cube-studio-launcher.md records (sections "Arguments" and "Environment the
-platform injects"); each is cited where it is parsed.
+github.com/tencentmusic/cube-studio at commit 852a7bd2 reads or injects — "launcher.py" below is
+job-template/job/volcano/launcher.py, "py_k8s.py" job-template/job/pkgs/k8s/py_k8s.py (its
+`get_volume_mounts` and `get_gpu`); facts read, no code taken; each is cited where it is parsed.
 
 `read_request` is pure: an environment mapping and the form fields in, a `PlatformRequest`
 out — `manifest` keyword arguments (the same option set `ascend-node manifest` takes) plus
@@ -28,8 +29,8 @@ from ascend_node.discover.identity import check_run_id
 from ascend_node.errors import ConfigError, UsageError
 from ascend_node.manifest import DEFAULT_NPU_RESOURCE
 
-# Full-width brackets and comma are accepted where ASCII ones are (reference:
-# `KFJ_TASK_RESOURCE_GPU`, "ASCII or full-width brackets").
+# Full-width brackets and comma are accepted where ASCII ones are (py_k8s.py,
+# `get_gpu`).
 _FULL_WIDTH = str.maketrans({"\uff08": "(", "\uff09": ")", "\uff0c": ","})
 
 # Kubernetes' quantity syntax (k8s.io/apimachinery/pkg/api/resource, `Quantity`): a decimal
@@ -46,7 +47,7 @@ _IPV4 = re.compile(r"^\d{1,3}(\.\d{1,3}){3}$")
 
 VOLUME_KINDS = ("pvc", "pvc-share", "nfs", "hostpath", "configmap", "secret")
 # Vendor words of `KFJ_TASK_RESOURCE_GPU` that mean Ascend NPUs, and those that mean a GPU
-# this agent does not drive (the reference: "a vendor word maps to its resource name").
+# this agent does not drive (py_k8s.py `get_gpu` maps a vendor word to its resource name).
 NPU_VENDORS = ("npu", "ascend", "huawei")
 GPU_VENDORS = ("gpu", "nvidia", "amd", "intel")
 PULL_POLICIES = ("Always", "IfNotPresent", "Never")
@@ -54,8 +55,8 @@ PULL_POLICIES = ("Always", "IfNotPresent", "Never")
 # another run of the same pipeline its own. 40 characters leave room for `-worker-<index>`
 # within the 63 of a pod's hostname (manifest.MAX_HOSTNAME).
 NAME_MAX = 40
-# Labels cube-studio's launcher puts on its Job (reference, "Environment the platform
-# injects"): ours carries the same keys, so the platform's views find the Job.
+# Labels cube-studio's launcher puts on its Job (launcher.py): ours carries the same keys, so
+# the platform's views find the Job.
 PIPELINE_LABELS = (
     ("KFJ_PIPELINE_ID", "pipeline-id"), ("KFJ_PIPELINE_NAME", "pipeline-name"),
     ("KFJ_TASK_ID", "task-id"), ("KFJ_TASK_NAME", "task-name"),
@@ -65,7 +66,7 @@ PIPELINE_LABELS = (
 
 @dataclass(frozen=True)
 class FormFields:
-    """The seed template's form fields, under their own names (reference, "Arguments");
+    """The seed template's form fields, under their own names (launcher.py's arguments);
     None: not given. `num_worker` arrives already an integer (the CLI's integer type refuses
     `two` with exit 2 before this runs); its range is checked here."""
 
@@ -143,7 +144,7 @@ def read_request(environ: Mapping[str, str], form: FormFields,
         if not form.command.strip():
             raise UsageError("--command '' is empty",
                              "the training command, e.g. --command 'python3 train.py'")
-        # Run as the seed's launcher runs it: ["bash", "-c", COMMAND] (reference, "Arguments").
+        # Run as the seed's launcher runs it: ["bash", "-c", COMMAND] (launcher.py).
         opts["command"] = ["bash", "-c", form.command]
     working_dir = None
     if form.working_dir is not None:
@@ -165,7 +166,7 @@ def read_request(environ: Mapping[str, str], form: FormFields,
         count, npu_type = parse_accelerators(env["KFJ_TASK_RESOURCE_GPU"])
         opts["npus_per_node"] = count
         if npu_type is not None:
-            node_selector["gpu-type"] = npu_type  # reference: "a type becomes ... gpu-type=TYPE"
+            node_selector["gpu-type"] = npu_type  # py_k8s.py get_gpu: the node label gpu-type
     opts["npu_resource"] = npu_resource
     if "RDMA_RESOURCE_NAME" in env and env.get("KFJ_TASK_RESOURCE_RDMA", "0").strip() != "0":
         rdma = env["RDMA_RESOURCE_NAME"].strip()
@@ -229,7 +230,7 @@ def _resource_name(var: str, value: str) -> str:
 
 def parse_accelerators(text: str) -> tuple[int, Optional[str]]:
     """`KFJ_TASK_RESOURCE_GPU`: `8`, `8(npu)`, `8(TYPE)`, `8(VENDOR,TYPE)` → (count, TYPE or
-    None) (reference, table row `KFJ_TASK_RESOURCE_GPU`). A GPU vendor, `-1` (a privileged
+    None) (py_k8s.py, `get_gpu`). A GPU vendor, `-1` (a privileged
     container: the agent never asks for one) and `0` (a job without NPUs) are refused."""
     var = "KFJ_TASK_RESOURCE_GPU"
     norm = text.strip().translate(_FULL_WIDTH).replace(" ", "")
@@ -269,7 +270,7 @@ def parse_accelerators(text: str) -> tuple[int, Optional[str]]:
 
 def parse_node_selector(text: str) -> dict[str, str]:
     """`KFJ_TASK_NODE_SELECTOR`: `key=value` pairs split on `,` `;` newline or tab
-    (reference, row `KFJ_TASK_NODE_SELECTOR`); a key given twice with two values is refused
+    (launcher.py); a key given twice with two values is refused
     (which one the launcher meant is unknowable)."""
     var = "KFJ_TASK_NODE_SELECTOR"
     out: dict[str, str] = {}
@@ -293,7 +294,7 @@ def parse_node_selector(text: str) -> dict[str, str]:
 
 
 def parse_pull_secrets(text: str) -> tuple[str, ...]:
-    """`HUBSECRET`: a comma list of image pull Secret names (reference, row `HUBSECRET`)."""
+    """`HUBSECRET`: a comma list of image pull Secret names (launcher.py)."""
     names: list[str] = []
     for name in (n.strip() for n in text.split(",")):
         if not name:
@@ -307,7 +308,7 @@ def parse_pull_secrets(text: str) -> tuple[str, ...]:
 
 
 def parse_default_resources(text: str) -> dict[str, str]:
-    """`DEFAULT_POD_RESOURCES`: a JSON object merged into requests and limits (reference,
+    """`DEFAULT_POD_RESOURCES`: a JSON object merged into requests and limits (launcher.py,
     row `DEFAULT_POD_RESOURCES`): resource name → quantity (a string, or a number)."""
     var = "DEFAULT_POD_RESOURCES"
     try:
@@ -334,7 +335,7 @@ def parse_default_resources(text: str) -> dict[str, str]:
 
 
 def volume_name(source: str) -> str:
-    """cube-studio's volume name rule (reference, "KFJ_TASK_VOLUME_MOUNT"): lower case,
+    """cube-studio's volume name rule (py_k8s.py, `get_volume_mounts`): lower case,
     `_` `/` `.` to `-`, the last 60 characters; then trimmed of `-` at both ends, which the
     API's DNS-1123 rule for a volume name requires (`/data` would start with one)."""
     name = re.sub(r"[_/.]", "-", source.lower())[-60:].strip("-")
@@ -344,7 +345,7 @@ def volume_name(source: str) -> str:
 def parse_volume_mounts(text: str, creator: Optional[str]) -> tuple[tuple[Volume, ...],
                                                                      list[str]]:
     """`KFJ_TASK_VOLUME_MOUNT`: entries split on `,` or `;`, each `SOURCE(KIND):MOUNT`
-    (reference, "KFJ_TASK_VOLUME_MOUNT"). An entry whose source or mount was already seen is
+    (py_k8s.py, `get_volume_mounts`). An entry whose source or mount was already seen is
     skipped as cube-studio skips it, and said (the second list). `pvc` mounts the creator's
     folder of the claim, so it needs `KFJ_CREATOR`. `storage` is not supported yet."""
     var = "KFJ_TASK_VOLUME_MOUNT"

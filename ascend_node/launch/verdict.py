@@ -1,8 +1,9 @@
 """How a launched Job ends, decided from what the API says (pure).
 
 `launch` exits with the Job's outcome so the pipeline knows (issue 39, "How it ends"); the seed's
-launcher exits 1 with no cause (shared/reference/cube-studio-launcher.md, "How it follows the
-Job", 4). Here the verdict is a function of the Volcano Job's status and its pods' statuses:
+launcher exits 1 with no cause (github.com/tencentmusic/cube-studio at 852a7bd2,
+job-template/job/volcano/launcher.py). Here the verdict is a function of the Volcano Job's
+status and its pods' statuses:
 
 * training, or `--until ended`: the Job `Completed` → 0; `Failed`, `Aborted` or `Terminated` →
   non-zero, naming the pod whose failure ended it and its termination message — the agent's
@@ -18,6 +19,7 @@ unschedulable: ...`) or the newest scheduling event.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Optional
@@ -198,11 +200,23 @@ def decide(job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]],
     return NOT_DONE
 
 
+# Events that say why a Job waits, best first (what the kube bed's Volcano v1.10.0 records for a
+# gang that cannot be placed: fixtures/volcano/gang-unschedulable.json). The PodGroup's own
+# `Unschedulable` event carries the gang plugin's verdict; the Job's `PodGroupPending` repeats it
+# behind a prefix; a pod's `FailedScheduling` is the default scheduler's kind of message, but
+# under Volcano's gang plugin most of them say `Pod ns/x can possibly be assigned to node-2`:
+# a node that *would* fit, not why the gang waits — those are skipped.
+_REASON_EVENTS = (("PodGroup", "Unschedulable"), ("Job", "PodGroupPending"),
+                  ("Pod", "FailedScheduling"))
+_JOB_EVENT_PREFIX = re.compile(r"^PodGroup \S+ unschedule,reason: ")
+_POSSIBLY = re.compile(r"^Pod \S+ can possibly be assigned to ")
+
+
 def pending_reason(podgroups: Sequence[Mapping[str, Any]],
                    events: Sequence[Mapping[str, Any]]) -> Optional[str]:
     """Why the Job's pods are not running, in the scheduler's words: the newest `Unschedulable`
-    condition (status True) of its PodGroup, else the newest Warning event about the PodGroup
-    or a pod (`FailedScheduling`, `Unschedulable`); None when nothing says."""
+    condition (status True) of its PodGroup; else the newest Warning event of the best kind in
+    `_REASON_EVENTS`; None when nothing says."""
     conds = []
     for group in podgroups:
         for cond in (group.get("status") or {}).get("conditions") or []:
@@ -211,14 +225,19 @@ def pending_reason(podgroups: Sequence[Mapping[str, Any]],
                               str(cond.get("message") or cond.get("reason") or "")))
     if conds:
         return max(conds)[1] or None
-    found = []
-    for event in events:
-        kind = (event.get("involvedObject") or {}).get("kind")
-        if (event.get("type") == "Warning" and kind in ("PodGroup", "Pod")
-                and event.get("reason") in ("FailedScheduling", "Unschedulable")):
+    for kind, reason in _REASON_EVENTS:
+        found = []
+        for event in events:
+            message = str(event.get("message") or "")
+            if (event.get("type") != "Warning" or event.get("reason") != reason
+                    or (event.get("involvedObject") or {}).get("kind") != kind
+                    or not message or _POSSIBLY.match(message)):
+                continue
             when = str(event.get("lastTimestamp") or event.get("eventTime") or "")
-            found.append((when, str(event.get("message") or "")))
-    return max(found)[1] if found else None
+            found.append((when, _JOB_EVENT_PREFIX.sub("", message)))
+        if found:
+            return max(found)[1]
+    return None
 
 
 @dataclass(frozen=True)
