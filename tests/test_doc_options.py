@@ -28,7 +28,7 @@ FOREIGN: dict[str, frozenset[str]] = {
                         "--bind_core"}),
     "torchrun": frozenset({"--rdzv_backend", "--rdzv_conf"}),
     "pytest": frozenset({"--durations"}),
-    "kubectl": frozenset({"--dry-run", "--from-literal", "--from-file"}),
+    "kubectl": frozenset({"--from-literal", "--from-file"}),  # --dry-run: launch has one
     "curl (docs/deploy.md)": frozenset({"--cacert"}),
     "pip": frozenset({"--no-index", "--find-links", "--target", "--no-compile"}),
     "podman / buildah / Containerfile RUN": frozenset({
@@ -40,8 +40,6 @@ FOREIGN: dict[str, frozenset[str]] = {
     "a training script's own argument (docs/launchers.md)": frozenset({"--config"}),
     "the docs' examples of unknown options and typos": frozenset({
         "--bogus", "--pcv", "--launcer", "--motor-confg"}),
-    "cube-studio's launcher template form fields (docs/launch.md)": frozenset({
-        "--num_worker", "--working_dir", "--command"}),
     "etcd and kube-apiserver (docs/kube-bed.md)": frozenset({
         "--unsafe-no-fsync", "--authorization-mode", "--client-ca-file",
         "--endpoint-reconciler-type"}),

@@ -1,0 +1,89 @@
+"""`ascend-node launch --dry-run` against the real control plane (issue 39; docs/kube-bed.md):
+the earlier run's Job is found by the label `manifest` renders, through the real API server's
+label selector, and nothing is changed; the Job it would create is one the real API server and
+Volcano's admission webhooks accept."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+
+from ascend_node.launch.platform_env import job_name
+from tests.kube_bed import Bed
+
+pytestmark = pytest.mark.kube
+
+
+def cli(bed: Bed, *args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    clean = {k: v for k, v in os.environ.items()
+             if not k.startswith(("KFJ_", "KUBERNETES_", "ASCEND_NODE_"))}
+    return subprocess.run([sys.executable, "-m", "ascend_node", *args], capture_output=True,
+                          text=True, env={**clean, **env, "KUBECONFIG": str(
+                              bed.run / "admin.kubeconfig")}, timeout=120)
+
+
+def earlier(bed: Bed, ns: str, run: str, name: str) -> dict[str, Any]:
+    text = cli(bed, "manifest", "--kind", "training", "--name", name, "--run-id", run,
+               "--rendezvous", "kube", "--namespace", ns, "--nodes", "2", "--", "python",
+               "t.py", env={}).stdout
+    (job,) = [o for o in bed.apply(ns, text) if o["kind"] == "Job"]
+    return dict(job)
+
+
+def test_dry_run_names_the_earlier_runs_job_and_changes_nothing(kube_bed: Bed) -> None:
+    ns = kube_bed.namespace("launch-dry")
+    try:
+        name = job_name("train_llama", "run-1")
+        old = earlier(kube_bed, ns, "run-1", name)
+        other = earlier(kube_bed, ns, "run-2", job_name("train_llama", "run-2"))
+        env = {"KFJ_RUN_ID": "run-1", "KFJ_TASK_NAME": "train_llama", "KFJ_NAMESPACE": ns,
+               "KFJ_TASK_IMAGES": "registry/mf:1", "KFJ_TASK_RESOURCE_CPU": "4"}
+        proc = cli(kube_bed, "launch", "--dry-run", "--num_worker", "2", "--command",
+                   "python3 t.py", env=env)
+        assert proc.returncode == 0, proc.stderr
+        lines = proc.stdout.splitlines()
+        assert lines[0] == (f"# would delete job {ns}/{name} (Pending): an earlier attempt "
+                            "of run 'run-1' under the new Job's name") or \
+            lines[0].startswith(f"# would delete job {ns}/{name} (")
+        assert other["metadata"]["name"] not in lines[0]
+        assert lines[1] == "# would create:"
+        jobs = kube_bed.kube.get(kube_bed.jobs_path(ns))["items"]
+        assert sorted(j["metadata"]["uid"] for j in jobs) == \
+            sorted([old["metadata"]["uid"], other["metadata"]["uid"]])  # nothing changed
+    finally:
+        kube_bed.purge(ns)
+
+
+def test_the_job_launch_would_create_is_accepted_by_the_api_and_volcano(kube_bed: Bed) -> None:
+    ns = kube_bed.namespace("launch-new")
+    try:
+        env = {"KFJ_RUN_ID": "run-9", "KFJ_TASK_NAME": "train", "KFJ_NAMESPACE": ns,
+               "KFJ_TASK_IMAGES": "registry/mf:1", "KFJ_CREATOR": "alice",
+               "KFJ_TASK_VOLUME_MOUNT": "ws(pvc):/mnt,cfg(configmap):/etc/cfg",
+               "KFJ_TASK_RESOURCE_MEMORY": "16Gi", "KFJ_TASK_NODE_SELECTOR": "train=true",
+               "HUBSECRET": "hubsecret", "KFJ_TASK_RESOURCE_GPU": "8(npu)"}
+        proc = cli(kube_bed, "launch", "--dry-run", "--num_worker", "3", "--command",
+                   "python3 t.py", "--working_dir", "/mnt/alice", env=env)
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.startswith("# no earlier run's Job to delete\n# would create:\n")
+        (job,) = kube_bed.apply(ns, proc.stdout)
+        assert job["metadata"]["labels"]["run-id"] == "run-9"
+        server = job["spec"]["tasks"][0]["template"]["spec"]["containers"][0]
+        assert server["workingDir"] == "/mnt/alice"
+        assert {"name": "ws", "mountPath": "/mnt/alice", "subPath": "alice"} in \
+            server["volumeMounts"]
+    finally:
+        kube_bed.purge(ns)
+
+
+def test_without_a_cluster_the_error_is_one_line(tmp_path: Any) -> None:
+    proc = subprocess.run([sys.executable, "-m", "ascend_node", "launch", "--dry-run",
+                           "--kubeconfig", str(tmp_path / "none"), "--command", "x"],
+                          capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "KFJ_TASK_NAME": "t"})
+    assert proc.returncode == 1
+    assert proc.stderr.splitlines()[0].startswith("ascend-node: error: cannot read kubeconfig")
