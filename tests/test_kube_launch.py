@@ -78,3 +78,59 @@ def test_the_job_launch_would_create_is_accepted_by_the_api_and_volcano(kube_bed
             server["volumeMounts"]
     finally:
         kube_bed.purge(ns)
+
+
+def test_the_verdict_on_real_volcano_an_exit_5_aborts_and_names_the_pod(kube_bed: Bed) -> None:
+    """A training Job as `manifest` renders it, its pods run by the fake nodes as a kubelet
+    reports them (tests/test_kube_policies.py's `Kubelets`): one pod fails with exit 5 and the
+    agent's one-line cause in its termination message; Volcano's own job controller applies the
+    policy (AbortJob); `verdict.decide` on what the API then holds exits 5 naming that pod and
+    its cause — and says nothing is over while the Job runs."""
+    from ascend_node.launch.verdict import decide
+    from tests.test_kube_policies import Kubelets
+
+    ns = kube_bed.namespace("launch-verdict")
+    cause = ("peer 10.0.0.3 holds device IP 192.168.1.5 that 10.0.0.2 holds too: duplicate "
+             "device IP")
+    try:
+        text = cli(kube_bed, "manifest", "--kind", "training", "--name", "tv", "--run-id", "r5",
+                   "--rendezvous", "kube", "--namespace", ns, "--nodes", "3", "--", "python",
+                   "t.py", env={}).stdout
+        kube_bed.apply(ns, text)
+        job_path = kube_bed.jobs_path(ns, "tv")
+
+        def bound() -> list[dict[str, Any]]:
+            pods = kube_bed.pods(ns)
+            return pods if len(pods) == 3 and all(p["spec"].get("nodeName") for p in pods) \
+                else []
+
+        pods = kube_bed.wait("3 pods bound", bound)
+        nodes = Kubelets(kube_bed, ns)
+        for pod in pods:
+            nodes.report(pod, "Running")
+        kube_bed.wait("the Job Running", lambda: kube_bed.kube.get(job_path).get(
+            "status", {}).get("state", {}).get("phase") == "Running")
+        assert not decide(kube_bed.kube.get(job_path), kube_bed.pods(ns)).done
+
+        (failing,) = [p for p in pods if p["metadata"]["name"] == "tv-worker-1"]
+        container = failing["spec"]["containers"][0]
+        nodes.node(failing["spec"]["nodeName"]).merge_patch(
+            f"/api/v1/namespaces/{ns}/pods/tv-worker-1/status", {"status": {
+                "phase": "Failed", "containerStatuses": [{
+                    "name": container["name"], "image": container["image"], "imageID": "",
+                    "ready": False, "restartCount": 0, "started": False, "state": {
+                        "terminated": {"exitCode": 5, "reason": "Error", "message": cause + "\n",
+                                       "startedAt": "2026-01-01T00:00:00Z",
+                                       "finishedAt": "2026-01-01T00:00:05Z"}}}]}})
+
+        def verdict() -> Any:
+            nodes.confirm_deletions()
+            v = decide(kube_bed.kube.get(job_path), kube_bed.pods(ns))
+            return v if v.done else None
+
+        v = kube_bed.wait("the verdict", verdict)
+        assert v.exit_code == 5
+        assert v.cause.endswith(f"pod tv-worker-1 (worker 1) exited 5: {cause}")
+        assert v.cause.startswith(f"job {ns}/tv Abort")
+    finally:
+        kube_bed.purge(ns)
