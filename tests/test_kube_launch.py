@@ -134,3 +134,47 @@ def test_the_verdict_on_real_volcano_an_exit_5_aborts_and_names_the_pod(kube_bed
         assert v.cause.startswith(f"job {ns}/tv Abort")
     finally:
         kube_bed.purge(ns)
+
+
+def test_the_verdict_on_real_volcano_an_exit_4_restarts_and_is_no_end(kube_bed: Bed) -> None:
+    """Exit 4 once: Volcano restarts the Job (RestartJob, maxRetry 3): at no point while it
+    restarts and its pods are re-created does `decide` call it over."""
+    from ascend_node.launch.verdict import decide
+    from tests.test_kube_policies import Kubelets
+
+    ns = kube_bed.namespace("launch-restart")
+    try:
+        text = cli(kube_bed, "manifest", "--kind", "training", "--name", "tr", "--run-id", "r4",
+                   "--rendezvous", "kube", "--namespace", ns, "--nodes", "2", "--", "python",
+                   "t.py", env={}).stdout
+        kube_bed.apply(ns, text)
+        job_path = kube_bed.jobs_path(ns, "tr")
+
+        def bound() -> list[dict[str, Any]]:
+            pods = kube_bed.pods(ns)
+            return pods if len(pods) == 2 and all(p["spec"].get("nodeName") for p in pods) \
+                else []
+
+        first = kube_bed.wait("2 pods bound", bound)
+        nodes = Kubelets(kube_bed, ns)
+        for pod in first:
+            nodes.report(pod, "Running")
+        kube_bed.wait("the Job Running", lambda: kube_bed.kube.get(job_path).get(
+            "status", {}).get("state", {}).get("phase") == "Running")
+        (worker,) = [p for p in first if p["metadata"]["name"] == "tr-worker-0"]
+        nodes.report(worker, "Failed", 4)
+        old = {p["metadata"]["uid"] for p in first}
+        phases = set()
+
+        def recreated() -> bool:
+            nodes.confirm_deletions()
+            job, pods = kube_bed.kube.get(job_path), kube_bed.pods(ns)
+            phases.add(job.get("status", {}).get("state", {}).get("phase"))
+            assert not decide(job, pods).done, decide(job, pods)
+            return len(pods) == 2 and not old & {p["metadata"]["uid"] for p in pods}
+
+        kube_bed.wait("the pods re-created", recreated)
+        assert "Restarting" in phases or kube_bed.kube.get(job_path)["status"].get(
+            "retryCount", 0) >= 1
+    finally:
+        kube_bed.purge(ns)
