@@ -178,3 +178,64 @@ def test_the_verdict_on_real_volcano_an_exit_4_restarts_and_is_no_end(kube_bed: 
             "retryCount", 0) >= 1
     finally:
         kube_bed.purge(ns)
+
+
+def test_launch_deletes_the_earlier_run_first_and_its_job_on_sigterm(kube_bed: Bed) -> None:
+    """The earlier run's Job and pods are gone before the new Job is created (a new attempt
+    never meets the old pods); the new Job carries the run id label; SIGTERM (a pipeline stop)
+    deletes the Job launch created and exits 143. The fake nodes confirm pod deletions as a
+    kubelet does (tests/test_kube_policies.py's `Kubelets`)."""
+    import datetime
+    import signal
+    import time
+
+    from tests.test_kube_policies import Kubelets
+
+    ns = kube_bed.namespace("launch-run")
+    try:
+        name = job_name("train", "run-7")
+        old = earlier(kube_bed, ns, "run-7", name)
+        old_uid = old["metadata"]["uid"]
+        kube_bed.wait("the old pods bound", lambda: len(
+            [p for p in kube_bed.pods(ns) if p["spec"].get("nodeName")]) == 2)
+        nodes = Kubelets(kube_bed, ns)
+        env = {"KFJ_RUN_ID": "run-7", "KFJ_TASK_NAME": "train", "KFJ_NAMESPACE": ns,
+               "KFJ_TASK_IMAGES": "registry/mf:1"}
+        clean = {k: v for k, v in os.environ.items()
+                 if not k.startswith(("KFJ_", "KUBERNETES_", "ASCEND_NODE_"))}
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "ascend_node", "launch", "--num_worker", "2", "--command",
+             "python3 t.py", "--timeout", "300"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True, env={**clean, **env, "KUBECONFIG": str(kube_bed.run / "admin.kubeconfig")})
+        last_old_pod_seen = None
+        new = None
+        deadline = time.monotonic() + 180
+        while new is None and time.monotonic() < deadline and proc.poll() is None:
+            pods = kube_bed.pods(ns)
+            if any(p["metadata"]["annotations"].get("volcano.sh/job-name") == name
+                   and p["metadata"].get("ownerReferences", [{}])[0].get("uid") == old_uid
+                   for p in pods):
+                last_old_pod_seen = datetime.datetime.now(datetime.timezone.utc)
+            nodes.confirm_deletions()
+            for job in kube_bed.kube.get(kube_bed.jobs_path(ns))["items"]:
+                if job["metadata"]["uid"] != old_uid:
+                    new = job
+            time.sleep(0.3)
+        assert new is not None, proc.communicate(timeout=30)
+        assert new["metadata"]["labels"]["run-id"] == "run-7"
+        created = datetime.datetime.fromisoformat(
+            new["metadata"]["creationTimestamp"].replace("Z", "+00:00"))
+        assert last_old_pod_seen is not None  # the old pods were there when launch started
+        # whole seconds: created in or after the second the last old pod was seen
+        assert created >= last_old_pod_seen.replace(microsecond=0)
+        time.sleep(2)
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=60)
+        assert proc.returncode == 143, stderr
+        assert f"delete job {ns}/{name} " in stderr
+        assert f"created job {ns}/{name}" in stderr
+        assert f"deleted job {name}" in stderr
+        left = [j["metadata"]["uid"] for j in kube_bed.kube.get(kube_bed.jobs_path(ns))["items"]]
+        assert new["metadata"]["uid"] not in left
+    finally:
+        kube_bed.purge(ns)

@@ -18,9 +18,9 @@ def launch(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.mark.parametrize("args, env, code, first", [
-    (["--command", "x"], {}, 2,
-     "ascend-node: error: launch without --dry-run is not built yet: it would submit the Job "
-     "and follow it to its end"),
+    (["--until", "never"], {}, 2,
+     "ascend-node: error: --until 'never' is not one of ended, serving"),
+    (["--timeout", "0"], {}, 2, "ascend-node: error: --timeout 0 is out of range"),
     (["--dry-run", "--kind", "mindie-pd"], {}, 2,
      "ascend-node: error: --kind 'mindie-pd' is not one of training, mindie"),
     (["--dry-run", "--num_worker", "two"], {}, 2,

@@ -3,20 +3,26 @@ platform's environment and form fields (`launch.platform_env`), renders the Job 
 lays the platform's requests over it (`launch.platform_job`) and asks the API what an earlier
 run left (`launch.submit`).
 
-Built so far: `--dry-run` (what would be deleted and created). Submitting, waiting for the old
-pods, following the Job and its logs, and the signals are not built yet (docs/launch.md).
+Built so far: `--dry-run` (what would be deleted and created); deleting the earlier run and
+waiting for its pods, creating, following the Job by watches to the verdict, and deleting it on
+SIGINT/SIGTERM or the timeout (`launch.run`). Following the pods' logs is not built yet.
 
 No `from __future__ import annotations` here (see `app`).
 """
 
+import contextlib
 import dataclasses
 import os
-from typing import Annotated, Optional
+import signal
+import sys
+import time
+from typing import Annotated, Any, Optional
 
 import typer
 
-from ascend_node.cli.app import FOR_THE_OPERATOR, app, debug_on, exit_codes, out
+from ascend_node.cli.app import FOR_THE_OPERATOR, app, debug_on, exit_codes, on_sigterm, out
 from ascend_node.cli.options import Debug, integer
+from ascend_node.errors import Terminated
 
 
 @app.command(rich_help_panel=FOR_THE_OPERATOR)
@@ -50,6 +56,16 @@ def launch(
         "KUBECONFIG or ~/.kube/config)", show_default=False)] = None,
     context: Annotated[Optional[str], typer.Option(
         "--context", help="Kubeconfig context", show_default=False)] = None,
+    until: Annotated[Optional[str], typer.Option(
+        "--until", metavar="ended|serving", help="When launch is done: the Job ended "
+        "(training's default) or every pod Ready (mindie's default)", show_default=False)
+    ] = None,
+    timeout: Annotated[int, typer.Option(
+        "--timeout", parser=integer("--timeout", "86400"), metavar="INTEGER",
+        help="Seconds before launch gives up (exit 7) and deletes the Job unless kept")
+    ] = 7 * 24 * 3600,
+    keep_on_exit: Annotated[bool, typer.Option(
+        "--keep-on-exit", help="Leave the Job on SIGINT/SIGTERM or a timeout")] = False,
     dry_run: Annotated[bool, typer.Option(
         "--dry-run", help="Print the Jobs an earlier run left that would be deleted, and the "
         "Job that would be created; change nothing")] = False,
@@ -68,9 +84,13 @@ def launch(
         if kind not in ("training", "mindie"):
             raise UsageError(f"--kind {kind!r} is not one of training, mindie",
                              "use --kind training or --kind mindie")
-        if not dry_run:
-            raise UsageError("launch without --dry-run is not built yet: it would submit the "
-                             "Job and follow it to its end", "use --dry-run (docs/launch.md)")
+        until = until or ("serving" if kind == "mindie" else "ended")
+        if until not in ("ended", "serving"):
+            raise UsageError(f"--until {until!r} is not one of ended, serving",
+                             "use --until ended or --until serving")
+        if not 1 <= timeout <= 30 * 24 * 3600:
+            raise UsageError(f"--timeout {timeout} is out of range",
+                             "--timeout takes seconds from 1 to 2592000, e.g. --timeout 86400")
         form = FormFields(num_worker, image, working_dir, command)
         req = read_request(os.environ, form, kind)
         opts = dict(req.manifest)
@@ -90,4 +110,39 @@ def launch(
         job = overlay(render_job(params), req)
         client = Client(dataclasses.replace(endpoint, namespace=str(params.namespace)))
         deletions = earlier_jobs(client, params.run_id, params.name)
-        out(dry_run_text(deletions, job), end="")
+        if dry_run:
+            out(dry_run_text(deletions, job), end="")
+            return
+        _run(client, params.run_id, params.name, job, deletions, until, timeout, keep_on_exit)
+
+
+def _say(line: str) -> None:
+    print(f"ascend-node: launch: {line}", file=sys.stderr, flush=True)
+
+
+def _run(client: Any, run_id: str, name: str, job: dict[str, Any], deletions: list[Any],
+         until: str, timeout: int, keep: bool) -> None:
+    """Delete the earlier run, create, follow; on SIGINT/SIGTERM or a timeout delete the Job
+    it created unless `keep`."""
+    from ascend_node.kube.errors import NotFound
+    from ascend_node.launch.run import LaunchTimeout, delete_earlier, follow, raise_for
+    from ascend_node.launch.submit import JOBS
+
+    deadline = time.monotonic() + timeout
+    signal.signal(signal.SIGTERM, on_sigterm)
+    created = False
+    try:
+        delete_earlier(client, run_id, deletions, _say, deadline)
+        made = client.create(JOBS, job)
+        created = True
+        _say(f"created job {made['metadata']['namespace']}/{name} "
+             f"(uid {made['metadata']['uid']})")
+        verdict = follow(client, name, until, _say, deadline)
+    except (KeyboardInterrupt, Terminated, LaunchTimeout):
+        if created and not keep:
+            with contextlib.suppress(NotFound):
+                client.delete(JOBS, name)
+            _say(f"deleted job {name} (it was launched by this run; --keep-on-exit keeps it)")
+        raise
+    raise_for(verdict)
+    out(verdict.cause)
