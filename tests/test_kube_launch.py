@@ -50,7 +50,8 @@ def test_dry_run_names_the_earlier_runs_job_and_changes_nothing(kube_bed: Bed) -
                             "of run 'run-1' under the new Job's name") or \
             lines[0].startswith(f"# would delete job {ns}/{name} (")
         assert other["metadata"]["name"] not in lines[0]
-        assert lines[1] == "# would create:"
+        assert lines[1].startswith("# would create if absent: ServiceAccount/")
+        assert lines[2] == "# would create:"
         jobs = kube_bed.kube.get(kube_bed.jobs_path(ns))["items"]
         assert sorted(j["metadata"]["uid"] for j in jobs) == \
             sorted([old["metadata"]["uid"], other["metadata"]["uid"]])  # nothing changed
@@ -69,7 +70,8 @@ def test_the_job_launch_would_create_is_accepted_by_the_api_and_volcano(kube_bed
         proc = cli(kube_bed, "launch", "--dry-run", "--num_worker", "3", "--command",
                    "python3 t.py", "--working_dir", "/mnt/alice", env=env)
         assert proc.returncode == 0, proc.stderr
-        assert proc.stdout.startswith("# no earlier run's Job to delete\n# would create:\n")
+        assert proc.stdout.startswith("# no earlier run's Job to delete\n# would create if absent")
+        assert "\n# would create:\n" in proc.stdout
         (job,) = kube_bed.apply(ns, proc.stdout)
         assert job["metadata"]["labels"]["run-id"] == "run-9"
         server = job["spec"]["tasks"][0]["template"]["spec"]["containers"][0]
@@ -237,5 +239,91 @@ def test_launch_deletes_the_earlier_run_first_and_its_job_on_sigterm(kube_bed: B
         assert f"deleted job {name}" in stderr
         left = [j["metadata"]["uid"] for j in kube_bed.kube.get(kube_bed.jobs_path(ns))["items"]]
         assert new["metadata"]["uid"] not in left
+    finally:
+        kube_bed.purge(ns)
+
+
+def run_launch(bed: Bed, ns: str, run: str, *args: str) -> subprocess.Popen[str]:
+    clean = {k: v for k, v in os.environ.items()
+             if not k.startswith(("KFJ_", "KUBERNETES_", "ASCEND_NODE_"))}
+    env = {"KFJ_RUN_ID": run, "KFJ_TASK_NAME": "train", "KFJ_NAMESPACE": ns,
+           "KFJ_TASK_IMAGES": "registry/mf:1"}
+    return subprocess.Popen(
+        [sys.executable, "-m", "ascend_node", "launch", "--num_worker", "2", "--command",
+         "python3 t.py", "--timeout", "240", *args], stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True,
+        env={**clean, **env, "KUBECONFIG": str(bed.run / "admin.kubeconfig")})
+
+
+def play(bed: Bed, ns: str, proc: subprocess.Popen[str], outcome: dict[str, tuple[str, int]],
+         message: str = "") -> tuple[str, str]:
+    """Be the fake nodes' kubelets for the Job launch created: report its pods Running, then
+    each named pod's (phase, exit code) with `message` as a termination message; confirm
+    deletions; until launch exits."""
+    import time
+
+    from tests.test_kube_policies import Kubelets
+
+    nodes = Kubelets(bed, ns)
+    running: set[str] = set()
+    ended: set[str] = set()
+    deadline = time.monotonic() + 200
+    while proc.poll() is None and time.monotonic() < deadline:
+        nodes.confirm_deletions()
+        pods = [p for p in bed.pods(ns) if p["spec"].get("nodeName")
+                and not p["metadata"].get("deletionTimestamp")]
+        for pod in pods:
+            uid = pod["metadata"]["uid"]
+            if uid not in running:
+                nodes.report(pod, "Running")
+                running.add(uid)
+        if len(pods) == 2 and all(p["metadata"]["uid"] in running for p in pods):
+            for pod in pods:
+                want = outcome.get(pod["metadata"]["name"])
+                if want and pod["metadata"]["uid"] not in ended:
+                    phase, code = want
+                    c = pod["spec"]["containers"][0]
+                    term = {"exitCode": code, "reason": "Completed" if code == 0 else "Error",
+                            "startedAt": "2026-01-01T00:00:00Z",
+                            "finishedAt": "2026-01-01T00:00:05Z"}
+                    if message:
+                        term["message"] = message
+                    nodes.node(pod["spec"]["nodeName"]).merge_patch(
+                        f"/api/v1/namespaces/{ns}/pods/{pod['metadata']['name']}/status",
+                        {"status": {"phase": phase, "containerStatuses": [{
+                            "name": c["name"], "image": c["image"], "imageID": "",
+                            "ready": False, "restartCount": 0, "started": False,
+                            "state": {"terminated": term}}]}})
+                    ended.add(pod["metadata"]["uid"])
+        time.sleep(0.3)
+    return proc.communicate(timeout=60)
+
+
+def test_launch_exits_0_when_the_training_job_completes(kube_bed: Bed) -> None:
+    ns = kube_bed.namespace("launch-done")
+    try:
+        name = job_name("train", "run-ok")
+        proc = run_launch(kube_bed, ns, "run-ok")
+        out, err = play(kube_bed, ns, proc, {f"{name}-master-0": ("Succeeded", 0),
+                                             f"{name}-worker-0": ("Succeeded", 0)})
+        assert proc.returncode == 0, err
+        assert out.splitlines()[-1] == f"job {ns}/{name} Completed"
+        assert "created ServiceAccount/" in err and "job phase Running" in err
+    finally:
+        kube_bed.purge(ns)
+
+
+def test_launch_exits_5_naming_the_pod_and_its_cause(kube_bed: Bed) -> None:
+    ns = kube_bed.namespace("launch-five")
+    cause = "peer 10.0.0.3 holds device IP 192.168.1.5 that 10.0.0.2 holds too"
+    try:
+        name = job_name("train", "run-5")
+        proc = run_launch(kube_bed, ns, "run-5")
+        _, err = play(kube_bed, ns, proc, {f"{name}-worker-0": ("Failed", 5)}, cause + "\n")
+        assert proc.returncode == 5, err
+        lines = err.splitlines()
+        assert lines[-2].startswith(f"ascend-node: error: job {ns}/{name} Abort")
+        assert lines[-2].endswith(f"pod {name}-worker-0 (worker 0) exited 5: {cause}")
+        assert lines[-1].startswith("  hint: not retryable")
     finally:
         kube_bed.purge(ns)

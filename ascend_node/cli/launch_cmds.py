@@ -79,7 +79,7 @@ def launch(
         from ascend_node.launch.platform_env import FormFields, read_request
         from ascend_node.launch.platform_job import overlay
         from ascend_node.launch.submit import dry_run_text, earlier_jobs
-        from ascend_node.manifest import ManifestParams, render_job
+        from ascend_node.manifest import ManifestParams, render_job, render_rbac
 
         if kind not in ("training", "mindie"):
             raise UsageError(f"--kind {kind!r} is not one of training, mindie",
@@ -110,29 +110,34 @@ def launch(
         job = overlay(render_job(params), req)
         client = Client(dataclasses.replace(endpoint, namespace=str(params.namespace)))
         deletions = earlier_jobs(client, params.run_id, params.name)
+        objects = render_rbac(params)
         if dry_run:
-            out(dry_run_text(deletions, job), end="")
+            out(dry_run_text(deletions, job, objects), end="")
             return
-        _run(client, params.run_id, params.name, job, deletions, until, timeout, keep_on_exit)
+        _run(client, params.run_id, params.name, job, objects, deletions, until, timeout,
+             keep_on_exit)
 
 
 def _say(line: str) -> None:
     print(f"ascend-node: launch: {line}", file=sys.stderr, flush=True)
 
 
-def _run(client: Any, run_id: str, name: str, job: dict[str, Any], deletions: list[Any],
-         until: str, timeout: int, keep: bool) -> None:
+def _run(client: Any, run_id: str, name: str, job: dict[str, Any],
+         objects: list[dict[str, Any]], deletions: list[Any], until: str, timeout: int,
+         keep: bool) -> None:
     """Delete the earlier run, create, follow; on SIGINT/SIGTERM or a timeout delete the Job
     it created unless `keep`."""
     from ascend_node.kube.errors import NotFound
     from ascend_node.launch.run import LaunchTimeout, delete_earlier, follow, raise_for
-    from ascend_node.launch.submit import JOBS
+    from ascend_node.launch.submit import JOBS, ensure_objects
 
     deadline = time.monotonic() + timeout
     signal.signal(signal.SIGTERM, on_sigterm)
     created = False
     try:
         delete_earlier(client, run_id, deletions, _say, deadline)
+        for made_object in ensure_objects(client, objects):
+            _say(f"created {made_object}")
         made = client.create(JOBS, job)
         created = True
         _say(f"created job {made['metadata']['namespace']}/{name} "
