@@ -448,6 +448,11 @@ RUN_ID_LABEL = "run-id"
 _LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
 
 
+def valid_name(value: str) -> bool:
+    """A DNS-1123 label (a namespace, a ServiceAccount's name), at most 63 characters."""
+    return len(value) <= 63 and bool(_DNS1123_LABEL.match(value))
+
+
 def run_id_label_value(run_id: str) -> str:
     """The label value for `run_id`: itself when Kubernetes accepts it as a label value (at
     most 63 characters, alphanumeric at both ends), else `h-` and 20 hex digits of its

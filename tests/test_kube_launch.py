@@ -5,6 +5,7 @@ Volcano's admission webhooks accept."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -325,5 +326,66 @@ def test_launch_exits_5_naming_the_pod_and_its_cause(kube_bed: Bed) -> None:
         assert lines[-2].startswith(f"ascend-node: error: job {ns}/{name} Abort")
         assert lines[-2].endswith(f"pod {name}-worker-0 (worker 0) exited 5: {cause}")
         assert lines[-1].startswith("  hint: not retryable")
+    finally:
+        kube_bed.purge(ns)
+
+
+def sa_kubeconfig(bed: Bed, ns: str, account: str, path: Any) -> str:
+    """A kubeconfig holding a token of ServiceAccount `account` (the TokenRequest API, as the
+    kubelet gets a pod's), the bed's server and CA."""
+    token = bed.kube.create(f"/api/v1/namespaces/{ns}/serviceaccounts/{account}/token", {
+        "apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+        "spec": {"expirationSeconds": 3600}})["status"]["token"]
+    admin = (bed.run / "admin.kubeconfig").read_text()
+    server = admin.split("server: ", 1)[1].split()[0]
+    ca = admin.split("certificate-authority: ", 1)[1].split()[0]
+    path.write_text(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: bed\n  cluster:\n"
+        f"    server: {server}\n    certificate-authority: {ca}\nusers:\n- name: sa\n"
+        f"  user:\n    token: {token}\ncontexts:\n- name: bed\n  context:\n    cluster: bed\n"
+        f"    user: sa\n    namespace: {ns}\ncurrent-context: bed\n")
+    return str(path)
+
+
+def test_the_launchers_own_role_is_enough_and_a_missing_rule_is_one_line(
+        kube_bed: Bed, tmp_path: Any) -> None:
+    """`manifest --launcher-rbac` renders what launch needs: under that ServiceAccount alone a
+    training Job runs to exit 0 (earlier-run lookup, the job's own RBAC objects, create,
+    follow); without one rule the 403 is one line naming it."""
+    ns = kube_bed.namespace("launch-rbac")
+    try:
+        rbac = cli(kube_bed, "manifest", "--launcher-rbac", "launcher", "--namespace", ns,
+                   env={})
+        assert rbac.returncode == 0, rbac.stderr
+        kube_bed.apply(ns, rbac.stdout)
+        config = sa_kubeconfig(kube_bed, ns, "launcher", tmp_path / "sa.kubeconfig")
+        name = job_name("train", "run-sa")
+        clean = {k: v for k, v in os.environ.items()
+                 if not k.startswith(("KFJ_", "KUBERNETES_", "ASCEND_NODE_"))}
+        env = {**clean, "KFJ_RUN_ID": "run-sa", "KFJ_TASK_NAME": "train", "KFJ_NAMESPACE": ns,
+               "KFJ_TASK_IMAGES": "registry/mf:1", "KUBECONFIG": config}
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "ascend_node", "launch", "--num_worker", "2", "--command",
+             "python3 t.py", "--timeout", "240"], stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True, env=env)
+        out, err = play(kube_bed, ns, proc, {f"{name}-master-0": ("Succeeded", 0),
+                                             f"{name}-worker-0": ("Succeeded", 0)})
+        assert proc.returncode == 0, err
+        assert out.splitlines()[-1] == f"job {ns}/{name} Completed"
+
+        role = kube_bed.kube.get(f"/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/roles/"
+                                 "launcher")
+        role["rules"] = [r for r in role["rules"] if r["resources"] != ["jobs"]]
+        kube_bed.kube.request("PUT", f"/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/"
+                              "roles/launcher", json.dumps(role).encode())
+        denied = subprocess.run(
+            [sys.executable, "-m", "ascend_node", "launch", "--dry-run", "--command", "x"],
+            capture_output=True, text=True, env=env, timeout=60)
+        assert denied.returncode == 1
+        first, hint = denied.stderr.splitlines()[:2]
+        assert first.startswith(f'ascend-node: error: the API server forbids list jobs in '
+                                f'namespace "{ns}"')
+        assert "the launcher's Role needs the rule" in first
+        assert "--launcher-rbac" in hint
     finally:
         kube_bed.purge(ns)

@@ -45,3 +45,30 @@ def test_without_a_cluster_the_error_is_one_line(tmp_path: Path) -> None:
                   env={"KFJ_TASK_NAME": "t"})
     assert proc.returncode == 1
     assert proc.stderr.splitlines()[0].startswith("ascend-node: error: cannot read kubeconfig")
+
+
+@pytest.mark.parametrize("args, first", [
+    (["--launcher-rbac", "launcher"], "ascend-node: error: --launcher-rbac needs --namespace"),
+    (["--launcher-rbac", "Launcher", "--namespace", "ns"],
+     "ascend-node: error: --launcher-rbac 'Launcher' is not a DNS-1123 label"),
+])
+def test_launcher_rbac_bad_inputs(args: list[str], first: str) -> None:
+    proc = subprocess.run([sys.executable, "-m", "ascend_node", "manifest", *args],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert proc.stderr.splitlines()[0] == first
+
+
+def test_launcher_rbac_renders_only_the_launchers_objects() -> None:
+    import json
+
+    proc = subprocess.run([sys.executable, "-m", "ascend_node", "manifest", "--launcher-rbac",
+                           "launcher", "--namespace", "ns", "--json"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    items = json.loads(proc.stdout)["items"]
+    assert [i["kind"] for i in items] == ["ServiceAccount", "Role", "RoleBinding"]
+    rules = {(r["apiGroups"][0], r["resources"][0]): r["verbs"] for r in items[1]["rules"]}
+    assert rules[("batch.volcano.sh", "jobs")] == ["get", "list", "watch", "create", "delete"]
+    assert ("", "secrets") not in rules and ("", "pods") in rules
+    assert "delete" not in rules[("", "pods")]

@@ -72,7 +72,7 @@ def launch(
     debug: Debug = False,
 ) -> None:
     """Run a Volcano Job for a pipeline step (cube-studio): the earlier run's Jobs, the Job."""
-    with exit_codes(debug_on(debug)):
+    with exit_codes(debug_on(debug)), _launcher_forbidden():
         from ascend_node.errors import UsageError
         from ascend_node.kube.client import Client
         from ascend_node.kube.config import from_kubeconfig, in_cluster
@@ -116,6 +116,20 @@ def launch(
             return
         _run(client, params.run_id, params.name, job, objects, deletions, until, timeout,
              keep_on_exit)
+
+
+@contextlib.contextmanager
+def _launcher_forbidden() -> Any:
+    """A 403 names the launcher's Role and how to render it, not the agent's."""
+    from ascend_node.kube.errors import Forbidden
+
+    try:
+        yield
+    except Forbidden as exc:
+        raise Forbidden(exc.cause.replace("the agent's Role", "the launcher's Role"),
+                        "`ascend-node manifest --launcher-rbac NAME --namespace NS` renders "
+                        "the launcher's ServiceAccount, Role and RoleBinding "
+                        "(docs/launch.md)") from None
 
 
 def _say(line: str) -> None:
