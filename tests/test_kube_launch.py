@@ -389,3 +389,56 @@ def test_the_launchers_own_role_is_enough_and_a_missing_rule_is_one_line(
         assert "--launcher-rbac" in hint
     finally:
         kube_bed.purge(ns)
+
+
+def test_mindie_until_serving_exits_0_once_every_pod_is_ready(kube_bed: Bed) -> None:
+    """`--kind mindie` defaults to `--until serving`: launch exits 0 once the Job runs and
+    both pods are Ready (the fake nodes report them as a kubelet would once MindIE's readiness
+    probe passes); not before — one pod Ready first is no verdict."""
+    import time
+
+    from tests.test_kube_policies import Kubelets
+    from tests.test_kube_volcano import model_claim
+
+    ns = kube_bed.namespace("launch-serve")
+    try:
+        model_claim(kube_bed, ns)
+        name = job_name("serve", "run-m")
+        clean = {k: v for k, v in os.environ.items()
+                 if not k.startswith(("KFJ_", "KUBERNETES_", "ASCEND_NODE_"))}
+        env = {**clean, "KFJ_RUN_ID": "run-m", "KFJ_TASK_NAME": "serve", "KFJ_NAMESPACE": ns,
+               "KFJ_TASK_IMAGES": "registry/mindie:2", "KUBECONFIG": str(
+                   kube_bed.run / "admin.kubeconfig")}
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "ascend_node", "launch", "--kind", "mindie", "--num_worker",
+             "2", "--pvc", "model", "--timeout", "240"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True, env=env)
+        nodes = Kubelets(kube_bed, ns)
+        ready: list[str] = []
+        deadline = time.monotonic() + 200
+        while proc.poll() is None and time.monotonic() < deadline:
+            pods = [p for p in kube_bed.pods(ns) if p["spec"].get("nodeName")]
+            if len(pods) == 2:
+                for pod in sorted(pods, key=lambda p: p["metadata"]["name"]):
+                    if pod["metadata"]["name"] in ready:
+                        continue
+                    c = pod["spec"]["containers"][0]
+                    nodes.node(pod["spec"]["nodeName"]).merge_patch(
+                        f"/api/v1/namespaces/{ns}/pods/{pod['metadata']['name']}/status",
+                        {"status": {"phase": "Running", "conditions": [
+                            {"type": "Ready", "status": "True"}], "containerStatuses": [{
+                                "name": c["name"], "image": c["image"], "imageID": "",
+                                "ready": True, "restartCount": 0, "started": True,
+                                "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}}}]}})
+                    ready.append(pod["metadata"]["name"])
+                    if len(ready) == 1:
+                        time.sleep(3)
+                        assert proc.poll() is None, "a verdict with one pod of two Ready"
+                    break
+            time.sleep(0.3)
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0, err
+        assert out.splitlines()[-1] == f"job {ns}/{name} serving: 2/2 pods Ready"
+        assert kube_bed.kube.get(kube_bed.jobs_path(ns, name))  # serving: the Job stays
+    finally:
+        kube_bed.purge(ns)
