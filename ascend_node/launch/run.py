@@ -73,12 +73,13 @@ def _remaining(deadline: float, what: str) -> float:
     return left
 
 
-def _wait_for_change(client: Client, res: Resource, rv: Optional[str], selector: str,
-                     seconds: float) -> None:
+def _wait_for_change(client: Client, res: Resource, rv: Optional[str], selector: Optional[str],
+                     seconds: float, field_selector: Optional[str] = None) -> None:
     """Block until something of `res` under `selector` changes after `rv`, at most
     `seconds` (a watch, not a poll: it returns at the first event)."""
     for event in client.watch(res, rv, label_selector=selector,
-                              timeout_seconds=max(1, int(seconds))):
+                              timeout_seconds=max(1, int(seconds)),
+                              field_selector=field_selector):
         if event.get("type") != "BOOKMARK":
             return
 
@@ -146,5 +147,12 @@ def follow(client: Client, name: str, until: str, say: Callable[[str], None],
         if verdict.done:
             return verdict
         seconds = min(WATCH_S, _remaining(deadline, f"following job {name} ({phase or 'new'})"))
-        _wait_for_change(client, PODS, listed["metadata"].get("resourceVersion"), selector,
-                         seconds)
+        if pods and all((p.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+                        for p in pods):
+            # Every pod has ended: the next change is the Job's own phase (Volcano's
+            # controller writes it after the pods'), which no pod event would announce.
+            _wait_for_change(client, JOBS, job["metadata"].get("resourceVersion"), None,
+                             seconds, field_selector=f"metadata.name={name}")
+        else:
+            _wait_for_change(client, PODS, listed["metadata"].get("resourceVersion"), selector,
+                             seconds)
