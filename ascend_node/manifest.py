@@ -16,6 +16,7 @@ double-quoted, so `yaml.safe_load(render_yaml(p)) == render_job(p)` (tested).
 
 from __future__ import annotations
 
+import hashlib
 import math
 import re
 from dataclasses import dataclass
@@ -439,10 +440,34 @@ def _probes(p: ManifestParams, role: str) -> dict[str, Any]:
     return out
 
 
+# The run id as a label on the Job and its pods, so `launch` finds an earlier run's Jobs by a
+# label selector. The key is cube-studio's own (`run-id`: github.com/tencentmusic/cube-studio at
+# 852a7bd2, job-template/job/volcano/launcher.py), so the platform's tools that select by it see
+# ours too.
+RUN_ID_LABEL = "run-id"
+_LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
+
+
+def valid_name(value: str) -> bool:
+    """A DNS-1123 label (a namespace, a ServiceAccount's name), at most 63 characters."""
+    return len(value) <= 63 and bool(_DNS1123_LABEL.match(value))
+
+
+def run_id_label_value(run_id: str) -> str:
+    """The label value for `run_id`: itself when Kubernetes accepts it as a label value (at
+    most 63 characters, alphanumeric at both ends), else `h-` and 20 hex digits of its
+    SHA-256 — a run id the agent accepts (up to 128 characters, may end in `.`, `_`, `-`)
+    must still label its Job, and the launcher selects with this same function."""
+    if _LABEL_VALUE.match(run_id):
+        return run_id
+    return "h-" + hashlib.sha256(run_id.encode("utf-8")).hexdigest()[:20]
+
+
 def render_job(p: ManifestParams) -> dict[str, Any]:
     """The Volcano Job for `p`: a `master` task (1 pod) and a `worker` task (nodes-1 pods)."""
     labels = {"app.kubernetes.io/name": p.kind, "app.kubernetes.io/instance": p.name,
-              "app.kubernetes.io/managed-by": "ascend-node"}
+              "app.kubernetes.io/managed-by": "ascend-node",
+              RUN_ID_LABEL: run_id_label_value(p.run_id)}
     metadata: dict[str, Any] = {"name": p.name}
     if p.namespace is not None:
         metadata["namespace"] = p.namespace
@@ -476,7 +501,7 @@ def render_job(p: ManifestParams) -> dict[str, Any]:
 
 def _task(p: ManifestParams, role: str, replicas: int) -> dict[str, Any]:
     labels = {"app.kubernetes.io/name": p.kind, "app.kubernetes.io/instance": p.name,
-              "app.kubernetes.io/component": role}
+              "app.kubernetes.io/component": role, RUN_ID_LABEL: run_id_label_value(p.run_id)}
     spec: dict[str, Any] = {"restartPolicy": "Never"}
     if p.run_as_user is not None:
         spec["securityContext"] = _pod_security(p.run_as_user)

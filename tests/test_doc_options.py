@@ -28,7 +28,7 @@ FOREIGN: dict[str, frozenset[str]] = {
                         "--bind_core"}),
     "torchrun": frozenset({"--rdzv_backend", "--rdzv_conf"}),
     "pytest": frozenset({"--durations"}),
-    "kubectl": frozenset({"--dry-run", "--from-literal", "--from-file"}),
+    "kubectl": frozenset({"--from-literal", "--from-file"}),  # --dry-run: launch has one
     "curl (docs/deploy.md)": frozenset({"--cacert"}),
     "pip": frozenset({"--no-index", "--find-links", "--target", "--no-compile"}),
     "podman / buildah / Containerfile RUN": frozenset({

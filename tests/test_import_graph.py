@@ -84,7 +84,7 @@ def test_table_sources_do_not_import_the_chain() -> None:
 FLOORS: tuple[tuple[str, ...], ...] = (
     ("__main__", "cli"),                                 # the commands
     ("doctor", "sim", "manifest", "manifest_pd",         # what operators run beside a job
-     "manifest_mounts"),
+     "manifest_mounts", "launch", "launcher_rbac"),
     ("status",),                                         # the probes' reader
     ("chain",),                                          # the chain: orders the steps
     ("pd",),                                             # a PD service's global rank table

@@ -42,7 +42,7 @@ its group when it is registered (`@app.command(rich_help_panel=...)`, a field ty
 without rich)."""
 
 
-COMMAND_MODULES = ("pod_cmds", "pd_cmds", "job_cmds", "offline_cmds")
+COMMAND_MODULES = ("pod_cmds", "pd_cmds", "job_cmds", "launch_cmds", "offline_cmds")
 """The modules of `cli/` that define commands, in the order `--help` lists them. Each is
 imported only when one of its commands runs or a full list is asked for (`--help`, a
 mistyped name's suggestions): a pod's `discover` does not pay for `manifest` or `doctor`
@@ -53,6 +53,7 @@ COMMAND_HOMES = {
     "status": "pod_cmds",
     "pd-announce": "pd_cmds", "pd-table": "pd_cmds", "pd-boot": "pd_cmds",
     "validate": "job_cmds", "doctor": "job_cmds", "report": "job_cmds", "clean": "job_cmds",
+    "launch": "launch_cmds",
     "simulate": "offline_cmds", "manifest": "offline_cmds", "version": "offline_cmds",
 }
 """Which module defines each command: the one import a command's run needs. A command

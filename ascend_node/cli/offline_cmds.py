@@ -281,6 +281,10 @@ def manifest(
     init_image: Annotated[Optional[str], typer.Option(
         "--init-image", help="With --init-container: the agent's image (default: --image)",
         show_default=False)] = None,
+    launcher_rbac: Annotated[Optional[str], typer.Option(
+        "--launcher-rbac", metavar="NAME", help="Render only the ServiceAccount NAME, Role and "
+        "RoleBinding `ascend-node launch` needs in --namespace (docs/launch.md), no Job",
+        show_default=False)] = None,
     json_out: Json = False, debug: Debug = False,
 ) -> None:
     """Render a Volcano Job for MindIE multi-node or training (command after `--`)."""
@@ -298,6 +302,23 @@ def manifest(
         if kind not in ("mindie", "mindie-pd", "training"):
             raise UsageError(f"--kind {kind!r} is not one of mindie, mindie-pd, training",
                              "use --kind mindie, --kind mindie-pd or --kind training")
+        if launcher_rbac is not None:
+            from ascend_node.launcher_rbac import launcher_rbac as launcher_objects
+            from ascend_node.manifest import valid_name
+
+            if namespace is None:
+                raise UsageError("--launcher-rbac needs --namespace",
+                                 "the pipeline's namespace, e.g. --namespace kubeflow")
+            for flag, value in (("--launcher-rbac", launcher_rbac), ("--namespace", namespace)):
+                if not valid_name(value):
+                    raise UsageError(f"{flag} {value!r} is not a DNS-1123 label",
+                                     "lower-case letters, digits and '-', at most 63")
+            objs = launcher_objects(launcher_rbac, namespace)
+            if json_out:
+                out(json.dumps({"apiVersion": "v1", "kind": "List", "items": objs}, indent=2))
+            else:
+                out("\n---\n".join(to_yaml(o).rstrip("\n") for o in objs))
+            return
         pd = kind == "mindie-pd"
         shape_flags = {"--prefill": prefill, "--decode": decode,
                        "--prefill-pods": prefill_pods, "--decode-pods": decode_pods}
