@@ -426,7 +426,8 @@ def test_clocks_hours_apart_do_not_matter(tmp_path: Path, cleanup: list[Proc]) -
      "does not exist or is not a directory", "mount the job's shared PVC there, or fix "
      "--shared-dir"),
     ("unset", "no shared directory: --shared-dir, ASCEND_NODE_SHARED_DIR and MODEL_PATH are "
-     "unset", "mount the job's shared PVC and point --shared-dir (or MODEL_PATH) at it"),
+     "unset", "mount the job's shared PVC and point --shared-dir (or MODEL_PATH) at it, or "
+     "meet through the Kubernetes API instead: --rendezvous kube (ASCEND_NODE_RENDEZVOUS)"),
     ("no run id", "no run id: --run-id, ASCEND_NODE_RUN_ID, KUBEFLOW_RUN_ID and KFJ_RUN_ID "
      "are unset", "set ASCEND_NODE_RUN_ID to a name shared by all pods of this job"),
 ])
