@@ -96,3 +96,41 @@ def kube_bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bed]:
     """The real API server and Volcano on loopback with 4 fake nodes (tests/kube_bed.py);
     built on first use, skipped (saying why) without Go or openssl."""
     yield from open_kube_bed(tmp_path_factory)
+
+
+# The suite runs side by side in pytest-xdist workers (`-n 4 --dist loadgroup`, the
+# README's test command): most of its wall time is waiting on real substrates (a pod's
+# timeout, a UML guest's boot, an API server's watch), not CPU. What may share a worker is
+# decided here, not left to chance:
+# * the tests of one real substrate stay in one worker, in their order, as when the suite
+#   ran in one process: the container bed's work directory is held by one process at a time
+#   (scripts/container_bed.py `lock`), and the kube bed's node agent runs its pods with it,
+#   so `containers` and the kube bed's tests are one group; the NFS guests share one
+#   multicast wire (tests/nfs_bed.py MCAST); the launchers' torch venv and Chromium are
+#   one each;
+# * every other test stays with its module, so a module-scoped fixture (an API server of
+#   its own, a built wheel) is set up once, as it is without xdist.
+# The substrate groups are the longest, so they are queued first: a worker takes each as
+# soon as the run starts instead of after the in-process modules.
+_SUBSTRATE_GROUPS = (
+    ("containers", "podman"), ("nfs", "nfs"), ("launchers", "launchers"),
+    ("browser", "browser"), ("sshfs", "sshfs"),
+)
+
+
+def _xdist_group(item: pytest.Item) -> tuple[int, str]:
+    if "kube_bed" in getattr(item, "fixturenames", ()):
+        return 0, "podman"
+    for rank, (marker, group) in enumerate(_SUBSTRATE_GROUPS):
+        if item.get_closest_marker(marker) is not None:
+            return rank, group
+    return len(_SUBSTRATE_GROUPS), item.nodeid.split("::", 1)[0]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    ranks: dict[int, int] = {}
+    for index, item in enumerate(items):
+        rank, group = _xdist_group(item)
+        item.add_marker(pytest.mark.xdist_group(group))
+        ranks[id(item)] = rank * len(items) + index
+    items.sort(key=lambda item: ranks[id(item)])
