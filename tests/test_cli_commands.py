@@ -163,7 +163,7 @@ def test_validate_still_names_a_symlinked_file_as_mindie_does(tmp_path):
     ("failed", os.getpid(), 1, "exited 4: timed out"),
     ("in_progress", os.getpid(), 3, "in_progress"),
     ("in_progress", 2**22 + 12345, 1, "gone without a verdict"),
-])
+], ids=["done", "failed", "in-progress-alive", "in-progress-gone"])  # the same in every worker
 def test_status_exit_codes_for_probes(tmp_path, state, pid, code, words):
     write_status(tmp_path, StatusDoc(state=state, phase="rendezvous", command="boot",
                                      exit_code=4 if state == "failed" else None,
