@@ -127,6 +127,7 @@ def _xdist_group(item: pytest.Item) -> tuple[int, str]:
     return len(_SUBSTRATE_GROUPS), item.nodeid.split("::", 1)[0]
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     ranks: dict[int, int] = {}
     for index, item in enumerate(items):
