@@ -135,3 +135,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         item.add_marker(pytest.mark.xdist_group(group))
         ranks[id(item)] = rank * len(items) + index
     items.sort(key=lambda item: ranks[id(item)])
+
+
+@pytest.hookimpl(trylast=True)  # after xdist's hook has put each group into the node ids
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """A worker whose groups did not take would run one substrate in two workers at once:
+    refuse that loudly rather than let the second wait out the first and skip."""
+    if not os.environ.get("PYTEST_XDIST_WORKER") or not session.config.getoption(
+            "loadgroup", default=False):
+        return
+    ungrouped = [item.nodeid for item in session.items if "@" not in item.nodeid]
+    if ungrouped:
+        raise pytest.UsageError(
+            f"pytest-xdist did not group {ungrouped[0]} (and {len(ungrouped) - 1} more): "
+            "this pytest breaks `--dist loadgroup` (pytest-dev/pytest-xdist#1386); install "
+            "the versions pyproject.toml's test extra allows")
