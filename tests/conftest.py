@@ -137,16 +137,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items.sort(key=lambda item: ranks[id(item)])
 
 
-@pytest.hookimpl(trylast=True)  # after xdist's hook has put each group into the node ids
-def pytest_collection_finish(session: pytest.Session) -> None:
+def pytest_xdist_node_collection_finished(node: object, ids: list[str]) -> None:
     """A worker whose groups did not take would run one substrate in two workers at once:
-    refuse that loudly rather than let the second wait out the first and skip."""
-    if not os.environ.get("PYTEST_XDIST_WORKER") or not session.config.getoption(
-            "loadgroup", default=False):
-        return
-    ungrouped = [item.nodeid for item in session.items if "@" not in item.nodeid]
-    if ungrouped:
-        raise pytest.UsageError(
+    refuse that loudly rather than let the second wait out the first and skip. (Called in
+    the xdist controller with each worker's collected ids.)"""
+    ungrouped = [nodeid for nodeid in ids if "@" not in nodeid.rpartition("]")[2]
+                 and "@" not in nodeid.rpartition("::")[2]]
+    if ungrouped and getattr(getattr(node, "config", None), "getvalue", lambda _: None)(
+            "dist") == "loadgroup":
+        pytest.exit(
             f"pytest-xdist did not group {ungrouped[0]} (and {len(ungrouped) - 1} more): "
             "this pytest breaks `--dist loadgroup` (pytest-dev/pytest-xdist#1386); install "
-            "the versions pyproject.toml's test extra allows")
+            "the versions pyproject.toml's test extra allows", returncode=4)
