@@ -155,7 +155,8 @@ def node0_failure(client: Client, job: JobIdentity, run_id: str, identity: NodeI
                              f"{secrets.token_hex(4)}", opened_by=identity.incarnation,
                              node_count=identity.node_count,
                              master_count=identity.master_count,
-                             reason="node 0 failed locally", job_version=identity.job_version)
+                             reason="node 0 failed locally", job_version=identity.job_version,
+                             job_instance=identity.job_instance)
         written = put_object(client, document_object(job, "attempt",
                                                      attempt_json=_json(attempt)),
                              get_object(client, name))
@@ -217,7 +218,7 @@ class KubeRendezvous:
     def me(self) -> decide.Me:
         return decide.Me(self.index, self.identity.incarnation, self.data.digest(),
                          self.identity.master_count, self.identity.node_count,
-                         self.identity.job_version)
+                         self.identity.job_version, self.identity.job_instance)
 
     def _name(self, kind: str, index: Optional[int] = None) -> str:
         return object_name(self.job.name, kind, index)
@@ -376,7 +377,7 @@ class KubeRendezvous:
             choice = decide.choose_attempt(
                 attempt, outcome, self.identity.incarnation, self.data.digest(),
                 self.identity.node_count, self.identity.master_count, outdated,
-                self.identity.job_version)
+                self.identity.job_version, self.identity.job_instance)
             if isinstance(choice, decide.Leftover):
                 raise ConfigError(f"{choice.reason}: a leftover pod of an earlier start of the "
                                   "job", "this pod should have been replaced; delete it or "
@@ -393,7 +394,8 @@ class KubeRendezvous:
                              opened_by=self.identity.incarnation,
                              node_count=self.identity.node_count,
                              master_count=self.identity.master_count, reason=choice.reason,
-                             job_version=self.identity.job_version)
+                             job_version=self.identity.job_version,
+                             job_instance=self.identity.job_instance)
             written = self._put(document_object(self.job, "attempt", attempt_json=_json(doc)),
                                 current)
             if written is not None:
