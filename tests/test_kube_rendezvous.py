@@ -299,7 +299,8 @@ def test_an_api_server_stopped_for_the_whole_wait_is_named_and_exit_4(
         assert "retrying until the deadline" in r.stderr  # progress lines say so
 
 
-KUBE_MODULES = ["ascend_node.chain.kube_table", "ascend_node.kube", "ascend_node.kube.client",
+KUBE_MODULES = ["ascend_node.chain.kube_failures", "ascend_node.chain.kube_table",
+                "ascend_node.kube", "ascend_node.kube.client",
                 "ascend_node.kube.config", "ascend_node.kube.errors", "ascend_node.kube.mirror",
                 "ascend_node.kube.resources", "ascend_node.rendezvous.kube_docs",
                 "ascend_node.rendezvous.kube_layout", "ascend_node.rendezvous.kube_participant"]

@@ -159,12 +159,13 @@ def _ranktable_step(rendezvous: str) -> Any:
 def _failures_told_to_peers(
     asked: "Settings", command: str,
 ) -> contextlib.AbstractContextManager[None]:
-    """On the volume, a failure found before discovery (an output path, a `boot` option, the
-    key file) is published so the peers end with 5 naming it (chain.table). Through the API
-    only failures from discovery on are published yet (chain.kube_table): the peers of a pod
-    that fails earlier wait until their timeout (docs/rendezvous.md)."""
+    """A failure found before discovery (an output path, a `boot` option, the key file) is
+    published so the peers end with 5 naming it: on the volume (chain.table) or through the
+    API (chain.kube_failures, imported only for `kube`)."""
     if asked.rendezvous == "kube":
-        return contextlib.nullcontext()
+        from ascend_node.chain.kube_failures import failures_told_to_peers as through_api
+
+        return through_api(asked, os.environ, STARTED)
     from ascend_node.chain.table import failures_told_to_peers
 
     return failures_told_to_peers(asked, os.environ, STARTED, command)
