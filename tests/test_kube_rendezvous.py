@@ -85,11 +85,11 @@ def admin(plane: Plane) -> Client:
 
 
 def grant(plane: Plane, admin: Client, job: str, nodes: int,
-          drop_verb: Optional[str] = None) -> str:
+          drop_verb: Optional[str] = None, instances: Optional[dict[str, int]] = None) -> str:
     """The job's ServiceAccount, Role and RoleBinding as `manifest` renders them (less
-    `drop_verb`, for the missing-verb case); a real token of that ServiceAccount from the
-    TokenRequest API."""
-    objects = rbac_objects(job, NS, nodes)
+    `drop_verb`, for the missing-verb case; a PD service's with `instances`); a real token
+    of that ServiceAccount from the TokenRequest API."""
+    objects = rbac_objects(job, NS, nodes, instances)
     if drop_verb:
         for rule in objects[1]["rules"]:
             rule["verbs"] = [v for v in rule["verbs"] if v != drop_verb]
