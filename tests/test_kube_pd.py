@@ -75,8 +75,9 @@ def instance_pods(tmp: Path, bed: Plane, token: str, job: JobIdentity, task: str
 
 
 def agent(tmp: Path, bed: Plane, token: str, job: JobIdentity, *args: str, task: str,
-          pod_ip: str) -> subprocess.Popen[str]:
+          pod_ip: str, **extra: str) -> subprocess.Popen[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ASCEND_NODE_", "VC_"))}
+    env.update(extra)
     env.update({**JOB, "ASCEND_NODE_PD_TASK": task, "VC_TASK_INDEX": "0",
                 "K8S_POD_IP": pod_ip, "K8S_HOST_IP": "192.168.0.1", "POD_UID": f"uid-{task}",
                 "ASCEND_NODE_RUN_ID": RUN, "ASCEND_NODE_TIMEOUT": "60",
@@ -131,3 +132,18 @@ def test_instances_meet_apart_through_the_api_and_the_controller_pod_writes_the_
     assert "pd-svc.prefill-0-rdzv-attempt" in names and "pd-svc.decode-0-rdzv-attempt" in names
     assert "pd-svc.pd-coordinator-0" in names and "pd-svc.pd-controller-0" in names
     assert not any(n.startswith("pd-svc-rdzv") for n in names), names
+
+    # The controller's start in the same pod: pd-boot finds the table in the state directory
+    # the writer shares with it, and hands the controller that path.
+    program = tmp_path / "bin" / "mindie_motor_controller"
+    program.parent.mkdir()
+    program.write_text(f"#!{sys.executable}\nimport json, os\n"
+                       "json.dump({'table': os.environ.get('GLOBAL_RANK_TABLE_FILE_PATH')}, "
+                       "open(os.environ['FAKE_REPORT'], 'w'))\n")
+    program.chmod(0o755)
+    boot = agent(tmp_path, plane, token, job, "pd-boot", "--motor-config", str(config), "--",
+                 program.name, task="controller", pod_ip="172.16.0.11",
+                 FAKE_REPORT=str(tmp_path / "report.json"),
+                 PATH=f"{program.parent}:{os.environ['PATH']}")
+    assert boot.wait(60) == 0, boot.communicate()[1]
+    assert json.loads((tmp_path / "report.json").read_text()) == {"table": str(table_path)}
