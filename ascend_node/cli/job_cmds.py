@@ -28,6 +28,7 @@ from ascend_node.cli.options import (
     HccnTool,
     Json,
     RendezvousKeyFile,
+    RendezvousOpt,
     RunId,
     SharedDir,
     StateDir,
@@ -205,19 +206,69 @@ def report(
             out(text)
 
 
+KubeJob = Annotated[Optional[str], typer.Option(
+    "--job", help="With --rendezvous kube: the vcjob whose rendezvous objects to act on",
+    show_default=False)]
+Kubeconfig = Annotated[Optional[str], typer.Option(
+    "--kubeconfig", help="With --rendezvous kube: the operator's kubeconfig (default: "
+    "KUBECONFIG or ~/.kube/config)", show_default=False)]
+KubeContext = Annotated[Optional[str], typer.Option(
+    "--context", help="Kubeconfig context", show_default=False)]
+KubeNamespace = Annotated[Optional[str], typer.Option(
+    "--namespace", help="The job's namespace (default: the context's)", show_default=False)]
+
+
+def _operator_client(kubeconfig: Optional[str], context: Optional[str],
+                     namespace: Optional[str]) -> Any:
+    """The operator's API client from a kubeconfig (outside the cluster)."""
+    from ascend_node.kube.client import Client
+    from ascend_node.kube.config import from_kubeconfig
+
+    return Client(from_kubeconfig(kubeconfig, os.environ, context, namespace))
+
+
+def _clean_through_api(job: Optional[str], yes: bool, kubeconfig: Optional[str],
+                       context: Optional[str], namespace: Optional[str]) -> None:
+    from ascend_node.errors import UsageError
+    from ascend_node.rendezvous.kube_cleanup import clean_job, rendezvous_objects
+
+    if not job:
+        raise UsageError("clean --rendezvous kube needs --job: the vcjob whose rendezvous "
+                         "objects to remove", "e.g. clean --rendezvous kube --job llama "
+                         "--namespace team-a")
+    client = _operator_client(kubeconfig, context, namespace)
+    where = f"job {job}'s rendezvous objects in namespace {client.namespace}"
+    if not yes:
+        if not sys.stdin.isatty():
+            raise UsageError(f"clean would remove {where}, and there is no terminal to ask: "
+                             "nothing removed", "pass --yes to remove them without asking")
+        names = rendezvous_objects(client, job)
+        if not typer.confirm(f"remove {len(names)} of {where}?"):
+            print("ascend-node: nothing removed", file=sys.stderr)
+            raise typer.Exit(1)
+    for line in clean_job(client, job):
+        out(line)
+
+
 @app.command(rich_help_panel=FOR_THE_OPERATOR)
 def clean(
     shared_dir: SharedDir = None, run_id: RunId = None,
     yes: Annotated[bool, typer.Option(
         "--yes", "-y", help="Remove without asking (needed when stdin is not a terminal)")
     ] = False,
+    rendezvous: RendezvousOpt = None, job: KubeJob = None, kubeconfig: Kubeconfig = None,
+    context: KubeContext = None, namespace: KubeNamespace = None,
     debug: Debug = False,
 ) -> None:
-    """Remove this run's rendezvous state (and shared table) from the shared volume.
+    """Remove this run's rendezvous state (and shared table) from the shared volume, or with
+    --rendezvous kube a job's rendezvous objects from the API (the operator's kubeconfig).
 
     Asks on a terminal; without one it removes nothing unless given --yes (exit 2).
     """
     with exit_codes(debug_on(debug)):
+        if settings_from(False, rendezvous=rendezvous).rendezvous == "kube":
+            _clean_through_api(job, yes, kubeconfig, context, namespace)
+            return
         from ascend_node.chain.table import require_rendezvous_settings
         from ascend_node.errors import UsageError
         from ascend_node.rendezvous.cleanup import clean_run
