@@ -81,3 +81,46 @@ def test_clean_removes_one_jobs_rendezvous_objects_and_nothing_else(
         again.stdout, again.stderr
     missing = agent("clean", "--rendezvous", "kube", "--kubeconfig", str(config), "--yes")
     assert missing.returncode == 2 and "needs --job" in missing.stderr
+
+
+def test_status_shows_a_jobs_rendezvous_from_a_kubeconfig(
+        tmp_path: Path, plane: Plane, admin: Client) -> None:  # noqa: F811
+    """`status --rendezvous kube --job J`: 3 and "no attempt yet" before the job's pods
+    meet; 3 naming who is missing while node 0 waits; 0 and the table's sha256 once every
+    pod holds it — read from the API with the operator's kubeconfig."""
+    from ascend_node.sim.cluster import launch
+    from tests.test_kube_rendezvous import grant, kube_nodes
+
+    config = kubeconfig(tmp_path, plane)
+    job = JobIdentity(NS, "status-2", str(uuid.uuid4()))
+
+    def status() -> subprocess.CompletedProcess[str]:
+        return agent("status", "--rendezvous", "kube", "--job", job.name, "--kubeconfig",
+                     str(config))
+
+    before = status()
+    assert before.returncode == 3 and "status-2: no attempt yet" in before.stdout, \
+        before.stderr
+    token = grant(plane, admin, job.name, 2)
+    alone = kube_nodes(tmp_path / "alone", plane, token, job.name, job.uid, 2, timeout=8)
+    results = launch(alone[:1], 60)  # node 0 alone: it waits for node 1, then exits 4
+    assert results[0].exit_code == 4, results[0].stderr[-2000:]
+    waiting = status()
+    assert waiting.returncode == 3, waiting.stderr
+    assert "2 nodes) open: 1 of 2 present; missing: worker 0 (node 1)" in waiting.stdout, \
+        waiting.stdout
+    made = kube_nodes(tmp_path / "both", plane, token, job.name, job.uid, 2, timeout=60)
+    results = launch(made, 90)
+    assert [r.exit_code for r in results] == [0, 0], [r.stderr[-2000:] for r in results]
+    done = agent("status", "--rendezvous", "kube", "--job", job.name, "--kubeconfig",
+                 str(config), "--json")
+    assert done.returncode == 0, done.stderr
+    view = json.loads(done.stdout)
+    assert view["exit_code"] == 0 and [r["state"] for r in view["rendezvous"]] == ["done"]
+    assert "complete: table sha256" in view["rendezvous"][0]["line"]
+    unasked = agent("status", "--job", job.name, "--kubeconfig", str(config))
+    assert unasked.returncode == 2 and "use it with --rendezvous kube" in unasked.stderr
+    bad = agent("status", "--rendezvous", "kube", "--job", "Bad_Name", "--kubeconfig",
+                str(config))
+    assert bad.returncode == 1 and "--job='Bad_Name' is not a vcjob name" in bad.stderr, \
+        bad.stderr
