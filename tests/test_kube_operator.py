@@ -124,3 +124,47 @@ def test_status_shows_a_jobs_rendezvous_from_a_kubeconfig(
                 str(config))
     assert bad.returncode == 1 and "--job='Bad_Name' is not a vcjob name" in bad.stderr, \
         bad.stderr
+
+
+def test_doctor_checks_a_jobs_role_binding_and_objects_from_a_kubeconfig(
+        tmp_path: Path, plane: Plane, admin: Client) -> None:  # noqa: F811
+    """`doctor --rendezvous kube --job J`: a job whose pods met is healthy (0); a Role
+    edited to lose `update` fails naming the call and the pod (1); an object under the job's
+    label owned by another uid is named (a leftover)."""
+    from ascend_node.rendezvous.kube_layout import service_account_name
+    from ascend_node.sim.cluster import launch
+    from tests.test_kube_rendezvous import ROLES, grant, kube_nodes
+
+    config = kubeconfig(tmp_path, plane)
+    job = JobIdentity(NS, "doctor-2", str(uuid.uuid4()))
+    token = grant(plane, admin, job.name, 2)
+    results = launch(kube_nodes(tmp_path, plane, token, job.name, job.uid, 2, timeout=60), 90)
+    assert [r.exit_code for r in results] == [0, 0], [r.stderr[-2000:] for r in results]
+
+    def doctor() -> dict[str, str]:
+        done = agent("doctor", "--rendezvous", "kube", "--job", job.name, "--kubeconfig",
+                     str(config), "--json")
+        view = json.loads(done.stdout)
+        assert done.returncode == view["exit_code"], done.stderr
+        return {c["id"]: f"{c['status']}: {c['message']}" for c in view["checks"]}
+
+    healthy = doctor()
+    assert all(v.startswith("ok") for v in healthy.values()), healthy
+    assert "allows every call of the 2 pod(s)" in healthy["kube.role"]
+
+    role = admin.get(ROLES, service_account_name(job.name))
+    for rule in role["rules"]:
+        rule["verbs"] = [v for v in rule["verbs"] if v != "update"]
+    role["rules"] = [r for r in role["rules"] if r["verbs"]]
+    admin.replace(ROLES, role)
+    leftover = new_object(JobIdentity(NS, job.name, str(uuid.uuid4())), "progress")
+    leftover["metadata"]["name"] = "doctor-2-stray"  # the job's label, another uid
+    admin.create(CONFIGMAPS, leftover)
+    broken = doctor()
+    assert broken["kube.role"].startswith("fail: doctor-2 node 0: Role doctor-2-ascend-node "
+                                          "does not allow update on configmaps/"), broken
+    assert broken["kube.objects"].startswith("warn: ConfigMap doctor-2-stray is not this "
+                                             "job's"), broken
+    assert broken["kube.binding"].startswith("ok")
+    unasked = agent("doctor", "--job", job.name, "--kubeconfig", str(config))
+    assert unasked.returncode == 2 and "use it with --rendezvous kube" in unasked.stderr
