@@ -335,10 +335,6 @@ def manifest(
                              "render a new Secret, or name an existing one, not both")
         key_secret = (f"{name}-rendezvous-key" if rendezvous_key
                       else rendezvous_key_secret)
-        if pd and rendezvous != "volume":
-            raise UsageError("--kind mindie-pd with --rendezvous kube is not rendered yet: "
-                             "the PD service's global table lives on the shared PVC",
-                             "use --rendezvous volume for a PD service")
         if pd:
             from ascend_node.manifest_pd import PdShape, check_shape
 
@@ -372,12 +368,18 @@ def manifest(
 
             secret = render_key_secret(params, random_source.token_hex(32))
         if pd:
-            from ascend_node.manifest_pd import render_pd_configmap, render_pd_job, render_pd_yaml
+            from ascend_node.manifest_pd import (
+                render_pd_configmap,
+                render_pd_job,
+                render_pd_rbac,
+                render_pd_yaml,
+            )
 
             job = render_pd_job(params, shape)
             configmap = render_pd_configmap(params, shape)
             if json_out:
-                items = [configmap, job] if secret is None else [secret, configmap, job]
+                items = [*render_pd_rbac(params, shape), configmap, job]
+                items = items if secret is None else [secret, *items]
                 out(json.dumps({"apiVersion": "v1", "kind": "List", "items": items}, indent=2))
                 return
             if secret is not None:
