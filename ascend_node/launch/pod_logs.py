@@ -56,6 +56,10 @@ class PodLogs:
         pod's log was read to its end; then close every stream."""
         end = time.monotonic() + timeout
         self.ending.set()
+        if read_to_end:  # a round now, not at the watch's end: the ended pods' last reads
+            with contextlib.suppress(KubeError):
+                self._round(self.make_client().list(
+                    PODS, label_selector=f"volcano.sh/job-name={self.job}").get("items") or [])
         while read_to_end and time.monotonic() < end:
             with self.lock:
                 if self.book.all_done():
@@ -67,7 +71,9 @@ class PodLogs:
         for stream in open_now:
             stream.close()
         self.thread.join(timeout=10)
-        for reader in self.readers:
+        with self.lock:
+            readers = list(self.readers)
+        for reader in readers:
             reader.join(timeout=10)
 
     def _emit(self, lines: list[str]) -> None:
@@ -116,8 +122,9 @@ class PodLogs:
             assert state is not None
             reader = threading.Thread(target=self._read, args=(op, state.container),
                                       name=f"log-{op.name}", daemon=True)
-            self.readers = [r for r in self.readers if r.is_alive()]
-            self.readers.append(reader)
+            with self.lock:
+                self.readers = [r for r in self.readers if r.is_alive()]
+                self.readers.append(reader)
             reader.start()
 
     # -- one stream ----------------------------------------------------------------------
