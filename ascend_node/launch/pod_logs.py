@@ -6,7 +6,9 @@ each started pod's first container gets a reader thread holding one
 `GET pods/<pod>/log?follow=true&timestamps=true[&sinceTime=]` (`Client.pod_log`). A reader
 that has held its stream for `period_s` closes it and the next round reopens it after the
 cursor (no stream held open forever, no line lost or repeated: `log_follow`). A stream that
-ends by itself after the container ended has been read to the log's end.
+ends by itself has been read to the log's end: the kubelet ends a `follow` stream only once the
+container is no longer running (kubernetes v1.30.2 pkg/kubelet/kuberuntime/logs/logs.go,
+`ReadLogs`: in follow mode it waits for more until the container has exited).
 
 Lines go to `write` (stdout: the pods' output is what a pipeline step prints; launch's own
 progress stays on stderr, docs/launch.md) whole, one at a time, each prefixed
@@ -142,6 +144,10 @@ class PodLogs:
                 data = stream.read()
                 if not data:
                     clean = not stream.closed
+                    if clean:  # the kubelet ends a follow only when the container has
+                        with self.lock:  # exited: this is the log's end (never reopened,
+                            # so a reopen by name can never read a re-created pod's log)
+                            self.book.pod(op.uid, op.name, "", None, ended=True)
                     break
                 with self.lock:
                     self._emit(self.book.feed(op.uid, decoder.decode(data)))
