@@ -164,7 +164,7 @@ def _run(client: Any, run_id: str, name: str, job: dict[str, Any],
         created = True
         _say(f"created job {made['metadata']['namespace']}/{name} "
              f"(uid {made['metadata']['uid']})")
-        logs = PodLogs(lambda: Client(client.endpoint), name, _log_line)
+        logs = PodLogs(lambda: Client(client.endpoint), name, _log_line, _say)
         logs.start()
         verdict = follow(client, name, until, _say, deadline)
         # the Job ended: every pod's log to its end first; serving: the pods go on

@@ -26,7 +26,7 @@ import time
 from typing import Any, Callable, Optional
 
 from ascend_node.kube.client import Client, LogStream
-from ascend_node.kube.errors import KubeError
+from ascend_node.kube.errors import Forbidden, KubeError
 from ascend_node.kube.resources import PODS
 from ascend_node.launch.log_follow import LogBook, Open, pod_log
 from ascend_node.launch.verdict import pod_task_index
@@ -39,8 +39,10 @@ class PodLogs:
     """Every pod log of Job `job` to `write`, from `start` until `finish`."""
 
     def __init__(self, make_client: Callable[[], Client], job: str,
-                 write: Callable[[str], None], period_s: float = PERIOD_S) -> None:
-        self.make_client, self.job, self.write = make_client, job, write
+                 write: Callable[[str], None], say: Callable[[str], None],
+                 period_s: float = PERIOD_S) -> None:
+        self.make_client, self.job, self.write, self.say = make_client, job, write, say
+        self.forbidden = False
         self.period_s = period_s
         self.book = LogBook()
         self.lock = threading.Lock()  # the book and the output
@@ -151,6 +153,13 @@ class PodLogs:
                     break
                 with self.lock:
                     self._emit(self.book.feed(op.uid, decoder.decode(data)))
+        except Forbidden as exc:  # the Role lacks pods/log: said once, logs given up
+            with self.lock:
+                self.book.gone(op.uid)
+                if not self.forbidden:
+                    self.forbidden = True
+                    cause = exc.cause.replace("the agent's Role", "the launcher's Role")
+                    self.say(f"not following the pods' logs: {cause}")
         except KubeError:
             clean = False  # refused (not started yet) or unanswered: reopened later ...
             if self.ending.is_set():
