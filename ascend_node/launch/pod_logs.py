@@ -74,7 +74,8 @@ class PodLogs:
             open_now = [s for s, _ in self.streams.values()]
         for stream in open_now:
             stream.close()
-        self.thread.join(timeout=10)
+        # the pods' thread is not waited for: it may sit in its short watch (ROUND_S) and
+        # ends at the next round; it opens nothing once `stop` is set
         with self.lock:
             readers = list(self.readers)
         for reader in readers:
