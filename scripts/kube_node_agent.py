@@ -60,6 +60,7 @@ from __future__ import annotations
 import argparse
 import base64
 import contextlib
+import functools
 import http.client
 import json
 import os
@@ -1220,7 +1221,7 @@ class Agent:
         logs = NodeLogs()
         for node in self.nodes:
             port = logs.start(self.run, node.name, node.host_ip, node.kube.merge_patch,
-                              lambda ns, pod, c, n=node: self.container_of(n, ns, pod, c),
+                              functools.partial(self.container_of, node),
                               self.bed.env)
             self.log(f"{node.name}: containerLogs on https://{node.host_ip}:{port}")
         return logs

@@ -288,7 +288,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         try:
             conn.setblocking(False)
             try:
-                return conn.recv(1) == b""
+                return bool(conn.recv(1) == b"")
             finally:
                 conn.setblocking(True)
         except (ssl.SSLWantReadError, BlockingIOError):
