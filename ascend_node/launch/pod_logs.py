@@ -8,7 +8,8 @@ that has held its stream for `period_s` closes it and the next round reopens it 
 cursor (no stream held open forever, no line lost or repeated: `log_follow`). A stream that
 ends by itself has been read to the log's end: the kubelet ends a `follow` stream only once the
 container is no longer running (kubernetes v1.30.2 pkg/kubelet/kuberuntime/logs/logs.go,
-`ReadLogs`: in follow mode it waits for more until the container has exited).
+`ReadLogs` -> `waitLogs` -> `isContainerRunning`: "Only keep following container log when
+it is running").
 
 Lines go to `write` (stdout: the pods' output is what a pipeline step prints; launch's own
 progress stays on stderr, docs/launch.md) whole, one at a time, each prefixed
