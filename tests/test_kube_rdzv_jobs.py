@@ -204,7 +204,8 @@ def check_api_reach(agent: AgentBed, pod: dict[str, Any]) -> None:
     code = (
         "import json, os, ssl, urllib.request\n"
         f"d = '{SA_DIR}'\n"
-        "host, port = os.environ['KUBERNETES_SERVICE_HOST'], os.environ['KUBERNETES_SERVICE_PORT']\n"
+        "host = os.environ['KUBERNETES_SERVICE_HOST']\n"
+        "port = os.environ['KUBERNETES_SERVICE_PORT']\n"
         "ctx = ssl.create_default_context(cafile=d + '/ca.crt')\n"
         "assert ctx.check_hostname and ctx.verify_mode == ssl.CERT_REQUIRED\n"
         "ns = open(d + '/namespace').read()\n"
@@ -251,3 +252,178 @@ def test_mindie_meets_through_the_api_with_no_claim(agent: AgentBed, nodes: int)
             (owner,) = cm["metadata"]["ownerReferences"]
             assert (owner["kind"], owner["uid"]) == ("Job", job["metadata"]["uid"]), cm
         assert table  # (byte-identical on every pod: check_tables)
+        if nodes == 2:
+            check_other_job_cannot_write(agent, ns, "kj")
+
+
+def sa_client(agent: AgentBed, ns: str, sa: str) -> Any:
+    """The agent's own client under a real token of ServiceAccount `sa` (TokenRequest)."""
+    from ascend_node.kube.client import Client
+    from ascend_node.kube.config import Endpoint
+
+    answer = agent.kube.create(f"/api/v1/namespaces/{ns}/serviceaccounts/{sa}/token", {
+        "apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+        "spec": {"expirationSeconds": 3600}})
+    state = json.loads((agent.kube_bed.run / "state.json").read_text())
+    return Client(Endpoint(server=state["server"], namespace=ns, source="test",
+                           ca_file=str(agent.kube_bed.run / "pki" / "ca.crt"),
+                           token=str(answer["status"]["token"])), timeout=30)
+
+
+def check_other_job_cannot_write(agent: AgentBed, ns: str, job: str) -> None:
+    """A second job's ServiceAccount, Role and RoleBinding as `manifest` renders them, in the
+    same namespace: its token can neither read nor replace this job's objects, and creating
+    one under a taken name replaces nothing."""
+    from ascend_node.kube.errors import AlreadyExists, Forbidden
+    from ascend_node.kube.resources import CONFIGMAPS
+
+    text = render("--namespace", ns, "--name", "other", "--image", IMAGE, "--rendezvous",
+                  "kube", "--kind", "mindie", "--nodes", "2", "--model-dir", WEIGHTS)
+    api = agent.kube_bed.api
+    for doc in api.split_documents(text):
+        obj = yaml.safe_load(doc)
+        if obj["kind"] != "Job":
+            agent.kube.create_yaml(api.path_for(obj["apiVersion"], obj["kind"], ns), doc)
+    other = sa_client(agent, ns, "other-ascend-node")
+    admin_view = agent.kube.get(f"/api/v1/namespaces/{ns}/configmaps/{job}-rdzv-attempt")
+
+    def refused() -> Any:  # RBAC's cache takes a moment to see the new binding
+        try:
+            other.get(CONFIGMAPS, "other-rdzv-attempt")
+        except Forbidden:
+            return None
+        except Exception:
+            return True  # allowed (404): the binding is in effect
+        return True
+    agent.kube_bed.wait("the second job's RoleBinding in effect", refused, 60)
+    forged = json.loads(json.dumps(admin_view))
+    forged["data"]["outcome.json"] = "{}"
+    with pytest.raises(Forbidden) as info:
+        other.replace(CONFIGMAPS, forged)
+    assert f'update configmaps "{job}-rdzv-attempt"' in str(info.value)
+    with pytest.raises(Forbidden):
+        other.get(CONFIGMAPS, f"{job}-rdzv-node-1")
+    with pytest.raises(AlreadyExists):
+        other.create(CONFIGMAPS, {"apiVersion": "v1", "kind": "ConfigMap",
+                                  "metadata": {"name": f"{job}-rdzv-node-1"}, "data": {}})
+    after = agent.kube.get(f"/api/v1/namespaces/{ns}/configmaps/{job}-rdzv-attempt")
+    assert after["data"] == admin_view["data"]
+
+
+def attempt_id(agent: AgentBed, ns: str, job: str) -> str:
+    cm = agent.kube.get(f"/api/v1/namespaces/{ns}/configmaps/{job}-rdzv-attempt")
+    return str(json.loads(cm["data"]["attempt.json"])["attempt_id"])
+
+
+def first_exit(run: KubeRun, code: int) -> Any:
+    return next((seen for seen in list(run.timeline.terminated.values())
+                 if seen[1].get("exitCode") == code), None)
+
+
+def test_a_peer_that_never_comes_exits_4_and_the_restart_meets_again(agent: AgentBed) -> None:
+    """The worker's node pulls its image for longer than the rendered --timeout (the agent
+    bed's slow pull): the master's wait through the API ends with exit 4 naming worker 0 in
+    its termination message; Volcano restarts the job (RestartJob); the new pods open a new
+    attempt in the API (a new attempt object, a new table) and all hold it."""
+    slow = Path(agent.containers.work) / "kube-nodes" / "slow-pulls"
+    slow.mkdir(parents=True, exist_ok=True)
+    (slow / "kr-exit4_xj-worker-0").write_text("90")
+    try:
+        with KubeRun(agent, "kr-exit4", "xj", "--kind", "mindie", "--nodes", "2",
+                     "--model-dir", WEIGHTS, "--timeout", "20") as run:
+            failed, term = run.wait("a pod exits 4", lambda: first_exit(run, 4), 180)
+            message = term.get("message", "")
+            print(f"exit 4: {failed['metadata']['name']}: {message.strip()[-300:]!r}")
+            assert failed["metadata"]["name"] == "xj-master-0"
+            assert "1 of 2 missing: worker 0 (node 1)" in message, message
+            first = attempt_id(agent, run.ns, "xj")
+            uids = {uid for _, uid in run.timeline.terminated} | {failed["metadata"]["uid"]}
+            v0 = int(failed["metadata"]["annotations"]["volcano.sh/job-version"])
+
+            def again() -> list[dict[str, Any]]:
+                pods = run.pods()
+                fresh = [p for p in pods if p["metadata"]["uid"] not in uids and ready(p)]
+                return pods if len(fresh) == 2 and len(pods) == 2 else []
+            pods = list(run.wait("the job re-created and Ready", again, 300))
+            (v1,) = {p["metadata"]["annotations"]["volcano.sh/job-version"] for p in pods}
+            assert int(v1) > v0
+            assert job_status(agent, run.ns, "xj").get("retryCount") == 1
+            assert attempt_id(agent, run.ns, "xj") != first  # a new attempt in the API
+            for pod in pods:
+                assert run.daemon_env(pod)["ASCEND_NODE_JOB_VERSION"] == v1
+            check_tables(agent, run, pods, 8)
+    finally:
+        (slow / "kr-exit4_xj-worker-0").unlink(missing_ok=True)
+
+
+def test_a_role_missing_a_verb_is_the_403_line_and_exit_1(agent: AgentBed) -> None:
+    """The rendered Role less `update`: the pods' first write through the API is refused;
+    each says which verb on which object in which namespace and the flag that grants it,
+    exit 1, long before the rendered --timeout."""
+    run = KubeRun(agent, "kr-noupdate", "nj", "--kind", "mindie", "--nodes", "2",
+                  "--model-dir", WEIGHTS, "--timeout", "300")
+    docs = []
+    for obj in run.objs:  # the Role as if applied without `update`
+        if obj["kind"] == "Role":
+            for rule in obj["rules"]:
+                rule["verbs"] = [v for v in rule["verbs"] if v != "update"]
+            obj["rules"] = [r for r in obj["rules"] if r["verbs"]]
+        docs.append(yaml.safe_dump(obj, sort_keys=False))
+    run.text = "---\n".join(docs)
+    with run:
+        failed, term = run.wait("a pod exits 1", lambda: first_exit(run, 1), 240)
+        message = term.get("message", "")
+        print(f"403: {failed['metadata']['name']}: {message.strip()[-400:]!r}")
+        assert 'forbids update configmaps "nj-rdzv-' in message, message
+        assert f'in namespace "{run.ns}"' in message and 'verbs: ["update"]' in message
+        assert "manifest --rendezvous kube" in message, message
+        started = epoch(term["startedAt"])
+        assert epoch(term["finishedAt"]) - started < 120, term  # not the 300 s wait
+
+
+MSRUN_FAKE = """#!/bin/sh
+# Fake msrun (MindSpore's launcher): records how it was started, then runs on like training.
+{ echo "pid=$$"; echo "argv=$*"; env; } > "$ASCEND_NODE_SIM_REPORT.tmp"
+mv "$ASCEND_NODE_SIM_REPORT.tmp" "$ASCEND_NODE_SIM_REPORT"
+exec sleep 3600
+"""
+
+
+def test_training_meets_through_the_api_and_starts_msrun(agent: AgentBed) -> None:
+    """`manifest --kind training --rendezvous kube`: both pods meet through the API, hold
+    the same table, and msrun (faked on the node's disk, as the image's MindSpore would be)
+    is started with the world the table names."""
+    run = KubeRun(agent, "kr-train-2", "tj", "--kind", "training", "--nodes", "2", "--",
+                  "train.py", "--config", "c.yaml")
+    for root in node_roots(agent).values():
+        bin_dir = root / NODE_WEIGHTS / SIM_DIR / "bin"
+        (bin_dir / "msrun").write_text(MSRUN_FAKE)
+        # msrun's workers run `python` from PATH, which the agent checks finds MindSpore
+        (bin_dir / "python").write_text('#!/bin/sh\nexec python3 "$@"\n')
+        for f in ("msrun", "python"):
+            (bin_dir / f).chmod(0o755)
+        (root / NODE_WEIGHTS / SIM_DIR / "site" / "mindspore").mkdir(parents=True)
+        (root / NODE_WEIGHTS / SIM_DIR / "site" / "mindspore" / "__init__.py").write_text("")
+    docs = []
+    for obj in run.objs:  # the image's MindSpore: the empty package above on PYTHONPATH
+        if obj["kind"] == "Job":
+            for task in obj["spec"]["tasks"]:
+                for c in task["template"]["spec"]["containers"]:
+                    c.setdefault("env", []).append(
+                        {"name": "PYTHONPATH", "value": f"{WEIGHTS}/{SIM_DIR}/site"})
+        docs.append(yaml.safe_dump(obj, sort_keys=False))
+    run.text = "---\n".join(docs)
+    with run:
+        def launched() -> list[dict[str, Any]]:
+            pods = run.pods()
+            return pods if len(pods) == 2 and all(
+                p["spec"].get("nodeName") and run.report(p).is_file() for p in pods) else []
+        pods = run.wait("msrun started on both pods", launched, 300)
+        print(f"training 2 pods: apply -> {run.timeline.summary()}")
+        check_tables(agent, run, pods, 8)
+        master = next(p for p in pods if p["metadata"]["name"] == "tj-master-0")
+        for index, pod in enumerate(sorted(pods, key=lambda p: p["metadata"]["name"])):
+            args = run.daemon_env(pod)["argv"].split()
+            assert f"--master_addr={master['status']['podIP']}" in args, args
+            assert "--worker_num=16" in args and f"--node_rank={index}" in args, args
+            assert args[-3:] == ["train.py", "--config", "c.yaml"], args
