@@ -50,7 +50,8 @@ Not a kubelet: no image pulls (the images are local), no resource limits but the
 container restarts (the manifests use `restartPolicy: Never`; anything else is refused with
 the pod failed and the reason in its status), no DNS server (hostname/subdomain set, and
 /etc/hosts holds the pod's own name as the kubelet writes it; the manifests need no peer
-names), no Service routing, no eviction.
+names), no Service routing (so KUBERNETES_SERVICE_HOST/PORT name the API server on the
+bridge's gateway, not the `kubernetes` Service's ClusterIP: `service_env`), no eviction.
 
     scripts/kube_node_agent.py --run-dir RUN [--work DIR] [--sim-env K=V ...]
 """

@@ -358,7 +358,7 @@ def test_a_peer_that_never_comes_exits_4_and_the_restart_meets_again(agent: Agen
 
 def test_a_role_missing_a_verb_is_the_403_line_and_exit_1(agent: AgentBed) -> None:
     """The rendered Role less `update`: the pods' first write through the API is refused;
-    each says which verb on which object in which namespace and the flag that grants it,
+    the pod says which verb on which object in which namespace and the rule that grants it,
     exit 1, long before the rendered --timeout."""
     run = KubeRun(agent, "kr-noupdate", "nj", "--kind", "mindie", "--nodes", "2",
                   "--model-dir", WEIGHTS, "--timeout", "300")
@@ -376,7 +376,8 @@ def test_a_role_missing_a_verb_is_the_403_line_and_exit_1(agent: AgentBed) -> No
         print(f"403: {failed['metadata']['name']}: {message.strip()[-400:]!r}")
         assert 'forbids update configmaps "nj-rdzv-' in message, message
         assert f'in namespace "{run.ns}"' in message and 'verbs: ["update"]' in message
-        assert "manifest --rendezvous kube" in message, message
+        # (the hint naming `manifest --rendezvous kube` follows on stderr; the termination
+        # message is the cause line: tests/test_kube_rendezvous.py checks the hint)
         started = epoch(term["startedAt"])
         assert epoch(term["finishedAt"]) - started < 120, term  # not the 300 s wait
 
