@@ -157,7 +157,7 @@ class KubeRun:
 
     def report(self, pod: dict[str, Any]) -> Path:
         root = node_roots(self.agent)[pod["spec"]["nodeName"]]
-        return root / NODE_WEIGHTS / SIM_DIR / pod["metadata"]["name"]
+        return Path(root, NODE_WEIGHTS, SIM_DIR, str(pod["metadata"]["name"]))
 
     def daemon_env(self, pod: dict[str, Any]) -> dict[str, str]:
         lines = self.report(pod).read_text().splitlines()
@@ -192,7 +192,7 @@ def check_tables(agent: AgentBed, run: KubeRun, pods: list[dict[str, Any]], npus
         assert table.returncode == 0, table.stderr
         tables.add(table.stdout)
     assert len(tables) == 1, "every pod must hold the same table"
-    text = tables.pop()
+    text = str(tables.pop())
     assert sorted(s["container_ip"] for s in json.loads(text)["server_list"]) == sorted(ips)
     return text.encode()
 
