@@ -42,7 +42,7 @@ FOREIGN: dict[str, frozenset[str]] = {
         "--bogus", "--pcv", "--launcer", "--motor-confg"}),
     "etcd, kube-apiserver and the kubelet (docs/kube-bed.md)": frozenset({
         "--unsafe-no-fsync", "--authorization-mode", "--client-ca-file",
-        "--endpoint-reconciler-type", "--root-dir"}),
+        "--endpoint-reconciler-type", "--root-dir", "--bind-address", "--root-ca-file"}),
 }
 """Flags the documents quote for other programs. The benchmark and CI scripts' own options
 (`bench/*.py`, `scripts/*`) are read from their sources below."""
