@@ -151,6 +151,11 @@ class KubeRun:
     def wait_ready(self, count: int, exclude: frozenset[str] = frozenset(),
                    timeout: float = 300) -> list[dict[str, Any]]:
         def probe() -> list[dict[str, Any]]:
+            failed = [(name, term.get("exitCode"), term.get("message", "").strip()[-300:])
+                      for (name, _), (_, term) in list(self.timeline.terminated.items())
+                      if term.get("exitCode")]
+            if failed:  # a pod's agent gave up: say why now, not at the time-out
+                raise AssertionError(f"{failed}\n{self.describe()}")
             pods = [p for p in self.pods() if p["metadata"]["uid"] not in exclude]
             return pods if len(pods) == count and all(ready(p) for p in pods) else []
         return list(self.wait(f"{count} pods of {self.ns} Ready", probe, timeout))
