@@ -119,8 +119,8 @@ def agent_counts(doc: dict[str, Any]) -> dict[int, tuple[int, int]]:
 
 
 def rendezvous_s(doc: dict[str, Any]) -> float:
-    return max((r.get("phases") or {}).get("rendezvous", 0.0) for r in doc["results"]
-               if not r.get("absent"))
+    return max(float((r.get("phases") or {}).get("rendezvous", 0.0))
+               for r in doc["results"] if not r.get("absent"))
 
 
 def delta(a: dict[tuple[str, str], float], b: dict[tuple[str, str], float]) -> dict[str, int]:
