@@ -499,7 +499,9 @@ def up(run: Path, nodes: int, a3: bool, kubelet: bool = False,
 
     make_ca(pki)
     make_cert(pki, "kube-apiserver", "kube-apiserver", server_names=(
-        "IP:127.0.0.1", "IP:10.96.0.1", "DNS:localhost", "DNS:kubernetes",
+        # 10.237.0.1: the node agent's bridge gateway, where its pods reach this API server
+        # (scripts/kube_node_agent.py API_HOST; no kube-proxy routes the ClusterIP)
+        "IP:127.0.0.1", "IP:10.96.0.1", "IP:10.237.0.1", "DNS:localhost", "DNS:kubernetes",
         "DNS:kubernetes.default", "DNS:kubernetes.default.svc",
         "DNS:kubernetes.default.svc.cluster.local"))
     make_cert(pki, "vc-webhook-manager", "volcano-admission-service.volcano-system.svc",
@@ -539,7 +541,9 @@ def up(run: Path, nodes: int, a3: bool, kubelet: bool = False,
     spawn(run, "kube-apiserver", [
         str(bindir / "kube-apiserver"),
         f"--etcd-servers={loop}:{etcd_port}",
-        "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
+        # every interface: the node agent's pods reach it on their bridge's gateway
+        # (10.237.0.1), which exists only once the agent made that network
+        "--bind-address=0.0.0.0", "--advertise-address=127.0.0.1",
         f"--secure-port={api_port}",
         f"--tls-cert-file={pki / 'kube-apiserver.crt'}",
         f"--tls-private-key-file={pki / 'kube-apiserver.key'}",

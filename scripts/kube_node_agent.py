@@ -50,7 +50,8 @@ Not a kubelet: no image pulls (the images are local), no resource limits but the
 container restarts (the manifests use `restartPolicy: Never`; anything else is refused with
 the pod failed and the reason in its status), no DNS server (hostname/subdomain set, and
 /etc/hosts holds the pod's own name as the kubelet writes it; the manifests need no peer
-names), no Service routing, no eviction.
+names), no Service routing (so KUBERNETES_SERVICE_HOST/PORT name the API server on the
+bridge's gateway, not the `kubernetes` Service's ClusterIP: `service_env`), no eviction.
 
     scripts/kube_node_agent.py --run-dir RUN [--work DIR] [--sim-env K=V ...]
 """
@@ -95,6 +96,24 @@ from tests.kubelet_bed import ContainerProbes, KubeletError, ProbeSpec, security
 NETWORK = "ascend-node-kube-bed"
 NETWORK_PREFIX = "10.237."  # node i's pods: 10.237.<i>.2-254 (its podCIDR)
 LABEL = "ascend-node-kube-agent"
+# The bridge's gateway: the host itself, seen from every pod. The bed's kube-apiserver listens
+# there too (scripts/kube_bed.py, its certificate names this IP), so a pod reaches the API
+# server at this address instead of the `kubernetes` Service's ClusterIP (no kube-proxy here).
+API_HOST = f"{NETWORK_PREFIX}0.1"
+
+
+def service_env(host: str, port: int) -> dict[str, str]:
+    """The `kubernetes` Service's variables as the kubelet writes them into every container
+    (pkg/kubelet/envvars/envvars.go FromServices: `<SVC>_SERVICE_HOST`, `_SERVICE_PORT`,
+    `_SERVICE_PORT_<PORTNAME>`, the docker-link style `_PORT*`), but naming the address a pod
+    of this bed can reach: the API server on the bridge's gateway, not the ClusterIP a
+    kube-proxy would route (docs/kube-node-agent.md, "Not a kubelet")."""
+    url = f"tcp://{host}:{port}"
+    return {"KUBERNETES_SERVICE_HOST": host, "KUBERNETES_SERVICE_PORT": str(port),
+            "KUBERNETES_SERVICE_PORT_HTTPS": str(port), "KUBERNETES_PORT": url,
+            f"KUBERNETES_PORT_{port}_TCP": url, f"KUBERNETES_PORT_{port}_TCP_PROTO": "tcp",
+            f"KUBERNETES_PORT_{port}_TCP_PORT": str(port),
+            f"KUBERNETES_PORT_{port}_TCP_ADDR": host}
 NPU_PREFIX = "huawei.com/Ascend"
 TERMINATION_MESSAGE_MAX = 4096  # kubelet: MaxContainerTerminationMessageLength
 FALLBACK_LOG_BYTES = 2048  # MaxContainerTerminationMessageLogLength
@@ -639,7 +658,9 @@ class PodWorker:
 
     def run_argv(self, c: Mapping[str, Any], kind: str) -> list[str]:
         spec = self.pod["spec"]
-        env = resolve_env(c, self.pod, self.config_map, self.secret)
+        # the Service variables first, the container's own env over them (the kubelet's order)
+        env = {**self.agent.service_env,
+               **resolve_env(c, self.pod, self.config_map, self.secret)}
         devs = self.devices.get(c["name"], [])
         if devs:
             env["ASCEND_VISIBLE_DEVICES"] = ",".join(str(d) for d in devs)
@@ -1075,6 +1096,7 @@ class Agent:
         self._publish_locks: dict[str, threading.Lock] = {}
         self.stopping = threading.Event()
         state = json.loads((run / "state.json").read_text())
+        self.service_env = service_env(API_HOST, int(state["ports"]["kube-apiserver"]))
         self.nodes: list[Node] = []
         for i, name in enumerate(state["nodes"]):
             kube = kube_bed.client(run, f"node-{name}")

@@ -44,7 +44,8 @@ FOREIGN: dict[str, frozenset[str]] = {
     "etcd, kube-apiserver and the kubelet (docs/kube-bed.md)": frozenset({
         "--unsafe-no-fsync", "--authorization-mode", "--client-ca-file",
         "--endpoint-reconciler-type", "--root-dir", "--kubelet-client-certificate",
-        "--kubelet-preferred-address-types", "--kubelet-certificate-authority"}),
+        "--kubelet-preferred-address-types", "--kubelet-certificate-authority",
+        "--bind-address", "--root-ca-file"}),
 }
 """Flags the documents quote for other programs. The benchmark and CI scripts' own options
 (`bench/*.py`, `scripts/*`) are read from their sources below."""

@@ -85,6 +85,16 @@ def simulate(
         "--prefill-pods", min=1, max=16, help="With --pd: pods per prefill instance")] = 2,
     decode_pods: Annotated[int, typer.Option(
         "--decode-pods", min=1, max=16, help="With --pd: pods per decode instance")] = 1,
+    rendezvous: Annotated[str, typer.Option(
+        "--rendezvous", metavar="volume|kube",
+        help="volume: the nodes meet in a shared directory; kube: through the API server of "
+        "--kubeconfig, as a job of its own in its namespace (docs/simulate.md)")] = "volume",
+    kubeconfig: Annotated[Optional[str], typer.Option(
+        "--kubeconfig", help="With --rendezvous kube: the cluster (default: $KUBECONFIG, "
+        "else ~/.kube/config)", show_default=False)] = None,
+    namespace: Annotated[Optional[str], typer.Option(
+        "--namespace", help="With --rendezvous kube: the namespace (default: the "
+        "kubeconfig context's)", show_default=False)] = None,
     json_out: Json = False, debug: Debug = False,
 ) -> None:
     """Run the real agent as N local processes with fake NPUs; one line per server.
@@ -97,6 +107,11 @@ def simulate(
         signal.signal(signal.SIGTERM, on_sigterm)  # stop the nodes, remove the workspace
         given = {name for name in ctx.params
                  if getattr(ctx.get_parameter_source(name), "name", "") == "COMMANDLINE"}
+        if rendezvous == "kube" and (pd or given & set(PD_ONLY)):
+            from ascend_node.errors import UsageError
+
+            raise UsageError("--pd is not with --rendezvous kube yet: a PD service meets "
+                              "on the shared volume", "leave --rendezvous kube out")
         if pd or given & set(PD_ONLY):
             from ascend_node.sim.pd_options import build_pd_spec
 
@@ -116,6 +131,8 @@ def simulate(
                           run_id=run_id, boot=boot_chain, absent=absent,
                           bad_devices=bad_device or [])
         check_paths(shared_dir, table_out)
+        endpoint = _kube_endpoint(rendezvous, given, kubeconfig, namespace, shared_dir,
+                                  timeline)
         drawn: tuple[Optional[dict[str, Any]], str] = (None, "")
 
         def draw(done: Any) -> None:  # before the workspace (and its volume) is removed
@@ -125,7 +142,7 @@ def simulate(
             drawn = sim_timeline(done.shared_dir, spec.run_id)
 
         report = run_simulation(spec, shared_dir, keep,
-                                before_cleanup=draw if timeline else None)
+                                before_cleanup=draw if timeline else None, kube=endpoint)
         if table_out is not None:
             write_table(report, table_out)
         if json_out:
@@ -142,6 +159,35 @@ def simulate(
 
 
 PD_ONLY = ("prefill", "decode", "prefill_pods", "decode_pods")  # need --pd
+KUBE_ONLY = ("kubeconfig", "namespace")  # need --rendezvous kube
+
+
+def _kube_endpoint(rendezvous: str, given: set[str], kubeconfig: Optional[str],
+                   namespace: Optional[str], shared_dir: Optional[Path], timeline: bool
+                   ) -> Any:
+    """`--rendezvous kube`: the operator's API server from the kubeconfig; None for the
+    volume (the default, which needs nothing). What does not go with the choice: exit 2."""
+    import os
+
+    from ascend_node.errors import UsageError
+
+    if rendezvous not in ("volume", "kube"):
+        raise UsageError(f"--rendezvous {rendezvous!r} is not one of volume, kube",
+                          "volume (a shared directory, the default) or kube (the API server)")
+    if rendezvous == "volume":
+        extra = sorted(given & set(KUBE_ONLY))
+        if extra:
+            raise UsageError(f"--{extra[0]} needs --rendezvous kube",
+                              "add --rendezvous kube, or leave it out")
+        return None
+    for flag, on in (("--shared-dir", shared_dir is not None), ("--report", timeline)):
+        if on:
+            raise UsageError(f"{flag} is not with --rendezvous kube: the nodes meet through "
+                              "the API server, not in a shared directory",
+                              f"leave {flag} out, or use --rendezvous volume")
+    from ascend_node.kube.config import from_kubeconfig
+
+    return from_kubeconfig(kubeconfig, os.environ, namespace=namespace)
 
 
 def _simulate_pd(spec: Any, shared_dir: Optional[Path], keep: Optional[bool],
