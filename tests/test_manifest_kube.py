@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from ascend_node.errors import UsageError
-from ascend_node.manifest import ManifestParams, render_job, render_rbac, render_yaml
+from ascend_node.jobspec.job import ManifestParams, render_job, render_rbac, render_yaml
 from ascend_node.rendezvous.kube_docs import first_denied, needed_calls
 from ascend_node.rendezvous.kube_layout import identity_env
 

@@ -74,12 +74,12 @@ def launch(
     """Run a Volcano Job for a pipeline step (cube-studio): the earlier run's Jobs, the Job."""
     with exit_codes(debug_on(debug)), _launcher_forbidden():
         from ascend_node.errors import UsageError
+        from ascend_node.jobspec.job import ManifestParams, render_job, render_rbac
         from ascend_node.kube.client import Client
         from ascend_node.kube.config import from_kubeconfig, in_cluster
         from ascend_node.launch.platform_env import FormFields, read_request
         from ascend_node.launch.platform_job import overlay
         from ascend_node.launch.submit import dry_run_text, earlier_jobs
-        from ascend_node.manifest import ManifestParams, render_job, render_rbac
 
         if kind not in ("training", "mindie"):
             raise UsageError(f"--kind {kind!r} is not one of training, mindie",

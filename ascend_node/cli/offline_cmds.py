@@ -290,21 +290,15 @@ def manifest(
     """Render a Volcano Job for MindIE multi-node or training (command after `--`)."""
     with exit_codes(debug_on(debug)):
         from ascend_node.errors import UsageError
-        from ascend_node.manifest import (
-            ManifestParams,
-            render_job,
-            render_key_secret,
-            render_rbac,
-            render_yaml,
-            to_yaml,
-        )
+        from ascend_node.jobspec.job import to_yaml
+        from ascend_node.jobspec.request import KINDS, JobRequest, render, request_options
 
-        if kind not in ("mindie", "mindie-pd", "training"):
+        if kind not in KINDS:
             raise UsageError(f"--kind {kind!r} is not one of mindie, mindie-pd, training",
                              "use --kind mindie, --kind mindie-pd or --kind training")
         if launcher_rbac is not None:
-            from ascend_node.launcher_rbac import launcher_rbac as launcher_objects
-            from ascend_node.manifest import valid_name
+            from ascend_node.jobspec.job import valid_name
+            from ascend_node.jobspec.launcher_rbac import launcher_rbac as launcher_objects
 
             if namespace is None:
                 raise UsageError("--launcher-rbac needs --namespace",
@@ -319,83 +313,20 @@ def manifest(
             else:
                 out("\n---\n".join(to_yaml(o).rstrip("\n") for o in objs))
             return
-        pd = kind == "mindie-pd"
-        shape_flags = {"--prefill": prefill, "--decode": decode,
-                       "--prefill-pods": prefill_pods, "--decode-pods": decode_pods}
-        if pd and nodes is not None:
-            raise UsageError("--nodes with --kind mindie-pd: a PD service's pods are its "
-                             "instances'", "give --prefill/--decode and --prefill-pods/"
-                             "--decode-pods (docs/pd.md)")
-        given = [flag for flag, value in shape_flags.items() if value is not None]
-        if not pd and given:
-            raise UsageError(f"{given[0]} is for --kind mindie-pd",
-                             "leave it out, or render a PD service with --kind mindie-pd")
-        if rendezvous_key and rendezvous_key_secret:
-            raise UsageError("--rendezvous-key and --rendezvous-key-secret both given",
-                             "render a new Secret, or name an existing one, not both")
-        key_secret = (f"{name}-rendezvous-key" if rendezvous_key
-                      else rendezvous_key_secret)
-        if pd and rendezvous != "volume":
-            raise UsageError("--kind mindie-pd with --rendezvous kube is not rendered yet: "
-                             "the PD service's global table lives on the shared PVC",
-                             "use --rendezvous volume for a PD service")
-        if pd:
-            from ascend_node.manifest_pd import PdShape, check_shape
+        given = locals()
+        rendered = render(JobRequest(**{k: given[k] for k in request_options()},
+                                     command=tuple(ctx.args) or None),
+                          fresh_key() if rendezvous_key else None)
+        if rendered.note is not None:
+            print(f"ascend-node: warning: {rendered.note}", file=sys.stderr, flush=True)
+        out(rendered.json_text() if json_out else rendered.yaml_text(), end="")
 
-            shape = PdShape(**{k: v for k, v in zip(
-                ("prefill", "decode", "prefill_pods", "decode_pods"), shape_flags.values())
-                if v is not None})
-            check_shape(shape, name)  # before the instance's size reaches ManifestParams
-            note = shape.roles_note()
-            if note is not None:
-                print(f"ascend-node: warning: {note}", file=sys.stderr, flush=True)
-        params = ManifestParams(
-            kind="mindie" if pd else kind,  # type: ignore[arg-type]
-            name=name, nodes=(max(shape.prefill_pods, shape.decode_pods) if pd
-                              else 2 if nodes is None else nodes),
-            image=image, pvc=pvc if pvc is not None or rendezvous == "kube" else "model",
-            run_id=run_id or name, rendezvous=rendezvous,
-            npus_per_node=(16 if a3 else 8) if npus_per_node is None else npus_per_node,
-            model_path=model_path,
-            namespace=namespace,
-            rdma_resource=rdma_resource, queue=queue, timeout=timeout,
-            command=list(ctx.args) or None, npu_resource=npu_resource,
-            mount_driver=not no_driver_mounts, a3=a3, rendezvous_key_secret=key_secret,
-            https=https, load_timeout=load_timeout, tls_secret=tls_secret, model_dir=model_dir,
-            model_pvc=model_pvc, model_name=model_name, run_as_user=run_as_user, launcher=launcher,
-            master_port=master_port, msrun_log_dir=msrun_log_dir, bind_core=bind_core,
-            init_container=init_container, init_image=init_image,
-        )
-        secret = None
-        if rendezvous_key:
-            import secrets as random_source
 
-            secret = render_key_secret(params, random_source.token_hex(32))
-        if pd:
-            from ascend_node.manifest_pd import render_pd_configmap, render_pd_job, render_pd_yaml
+def fresh_key() -> str:
+    """A new rendezvous key for `--rendezvous-key` (256 random bits, hex)."""
+    import secrets
 
-            job = render_pd_job(params, shape)
-            configmap = render_pd_configmap(params, shape)
-            if json_out:
-                items = [configmap, job] if secret is None else [secret, configmap, job]
-                out(json.dumps({"apiVersion": "v1", "kind": "List", "items": items}, indent=2))
-                return
-            if secret is not None:
-                out("# the job's rendezvous key (docs/rendezvous.md)\n"
-                    + to_yaml(secret) + "---")
-            out(render_pd_yaml(params, shape), end="")
-            return
-        if json_out:
-            doc = render_job(params)
-            extra = ([] if secret is None else [secret]) + render_rbac(params)
-            out(json.dumps(doc if not extra else
-                             {"apiVersion": "v1", "kind": "List", "items": [*extra, doc]},
-                             indent=2))
-        else:
-            if secret is not None:
-                out("# the job's rendezvous key (docs/rendezvous.md)\n"
-                    + to_yaml(secret) + "---")
-            out(render_yaml(params), end="")
+    return secrets.token_hex(32)
 
 
 @app.command(rich_help_panel=OFFLINE)

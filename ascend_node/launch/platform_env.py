@@ -27,7 +27,7 @@ from typing import Any, Optional
 
 from ascend_node.discover.identity import check_run_id
 from ascend_node.errors import ConfigError, UsageError
-from ascend_node.manifest import DEFAULT_NPU_RESOURCE
+from ascend_node.jobspec.job import DEFAULT_NPU_RESOURCE
 
 # Full-width brackets and comma are accepted where ASCII ones are (py_k8s.py,
 # `get_gpu`).

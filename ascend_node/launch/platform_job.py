@@ -15,8 +15,8 @@ import copy
 from typing import Any
 
 from ascend_node.errors import ConfigError
+from ascend_node.jobspec.mounts import mount_collision, under
 from ascend_node.launch.platform_env import PlatformRequest, Volume
-from ascend_node.manifest_mounts import mount_collision, under
 
 VAR = "KFJ_TASK_VOLUME_MOUNT"
 

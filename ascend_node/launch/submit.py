@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+from ascend_node.jobspec.job import to_yaml
 from ascend_node.kube.client import Client
 from ascend_node.kube.errors import AlreadyExists
 from ascend_node.kube.resources import Resource
 from ascend_node.launch.earlier_run import Deletion, run_selector, to_delete
-from ascend_node.manifest import to_yaml
 
 JOBS = Resource("batch.volcano.sh", "v1alpha1", "jobs", "Job")
 # The job's own ServiceAccount, Role and RoleBinding (`manifest.render_rbac`, `--rendezvous
