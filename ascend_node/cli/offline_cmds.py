@@ -22,6 +22,33 @@ from ascend_node.cli.app import (
     on_sigterm,
     out,
 )
+from ascend_node.cli.job_options import (
+    A3,
+    BindCore,
+    Decode,
+    DecodePods,
+    Https,
+    InitContainer,
+    InitImage,
+    Launcher,
+    LoadTimeout,
+    MasterPort,
+    ModelDir,
+    ModelName,
+    ModelPath,
+    ModelPvc,
+    MsrunLogDir,
+    Nodes,
+    NoDriverMounts,
+    NpusPerNode,
+    Prefill,
+    PrefillPods,
+    Queue,
+    RendezvousKey,
+    RendezvousKeySecret,
+    RunAsUser,
+    TlsSecret,
+)
 from ascend_node.cli.options import (
     Debug,
     Json,
@@ -169,29 +196,11 @@ def manifest(
                                       help="mindie, mindie-pd (a PD-disaggregated service: "
                                       "docs/pd.md) or training")] = "mindie",
     name: Annotated[str, typer.Option("--name", help="Volcano Job name")] = "mindie",
-    nodes: Annotated[Optional[int], typer.Option(
-        "--nodes",
-        parser=integer("--nodes", "2"), metavar="INTEGER",
-        help="Pods (one per server) (2; not with --kind mindie-pd)",
-        show_default=False)] = None,
-    prefill: Annotated[Optional[int], typer.Option(
-        "--prefill",
-        parser=integer("--prefill", "1"), metavar="INTEGER",
-        help="mindie-pd: prefill instances (1)", show_default=False)] = None,
-    decode: Annotated[Optional[int], typer.Option(
-        "--decode",
-        parser=integer("--decode", "1"), metavar="INTEGER",
-        help="mindie-pd: decode instances (1)", show_default=False)] = None,
-    prefill_pods: Annotated[Optional[int], typer.Option(
-        "--prefill-pods",
-        parser=integer("--prefill-pods", "2"), metavar="INTEGER",
-        help="mindie-pd: pods per prefill instance (2)",
-        show_default=False)] = None,
-    decode_pods: Annotated[Optional[int], typer.Option(
-        "--decode-pods",
-        parser=integer("--decode-pods", "1"), metavar="INTEGER",
-        help="mindie-pd: pods per decode instance (1)",
-        show_default=False)] = None,
+    nodes: Nodes = None,
+    prefill: Prefill = None,
+    decode: Decode = None,
+    prefill_pods: PrefillPods = None,
+    decode_pods: DecodePods = None,
     image: Annotated[str, typer.Option("--image", help="Container image with ascend-node")
                      ] = "mindie:latest",
     pvc: Annotated[Optional[str], typer.Option(
@@ -204,83 +213,37 @@ def manifest(
         "--namespace; no PVC)")] = "volume",
     run_id: Annotated[Optional[str], typer.Option(
         "--run-id", help="Run id (default: the job name)", show_default=False)] = None,
-    npus_per_node: Annotated[Optional[int], typer.Option(
-        "--npus-per-node",
-        parser=integer("--npus-per-node", "8"), metavar="INTEGER",
-        help="NPUs per pod, 1-16 (8; 16 with --a3)", show_default=False)
-    ] = None,
-    a3: Annotated[bool, typer.Option(
-        "--a3", help="Atlas 900 A3 SuperPoD: 16 NPUs per pod, super-pod node selector")
-    ] = False,
-    model_path: Annotated[str, typer.Option("--model-path", help="Mount path of the PVC")
-                          ] = "/mnt/model",
+    npus_per_node: NpusPerNode = None,
+    a3: A3 = False,
+    model_path: ModelPath = "/mnt/model",
     namespace: Annotated[Optional[str], typer.Option(
         "--namespace", help="Kubernetes namespace of the Job (omitted: the current one of kubectl)",
         show_default=False)] = None,
     rdma_resource: Annotated[Optional[str], typer.Option(
         "--rdma-resource", help="e.g. rdma/hca (adds IPC_LOCK)", show_default=False)] = None,
-    queue: Annotated[str, typer.Option("--queue", help="Volcano queue of the Job")
-                     ] = "default",
+    queue: Queue = "default",
     timeout: Annotated[int, typer.Option(
         "--timeout",
         parser=integer("--timeout", "900"), metavar="INTEGER",
         help="Agent's peer timeout in seconds, 1-604800")] = 900,
     npu_resource: Annotated[str, typer.Option(
         "--npu-resource", help="Extended resource name of the NPUs")] = "huawei.com/Ascend910",
-    no_driver_mounts: Annotated[bool, typer.Option(
-        "--no-driver-mounts", help="Do not mount the host's driver, /etc/hccn.conf, npu-smi, "
-        "/usr/local/dcmi, /etc/ascend_install.info (the runtime provides them)")] = False,
-    rendezvous_key: Annotated[bool, typer.Option(
-        "--rendezvous-key", help="Also render a Secret <name>-rendezvous-key holding a fresh "
-        "random key, mounted in every pod: rendezvous documents are then signed")] = False,
-    rendezvous_key_secret: Annotated[Optional[str], typer.Option(
-        "--rendezvous-key-secret", help="Mount this existing Secret (item `key`) as the "
-        "job's rendezvous key", show_default=False)] = None,
-    https: Annotated[Optional[bool], typer.Option(
-        "--https/--no-https", help="MindIE serves https, with the certificates of "
-        "--tls-secret, or plain http (default: --no-https, for a cluster-internal Service)",
-        show_default=False)] = None,
-    load_timeout: Annotated[Optional[int], typer.Option(
-        "--load-timeout",
-        parser=integer("--load-timeout", "7200"), metavar="INTEGER",
-        help="Seconds MindIE may load its weights after exec before the "
-        "startup probe gives up (7200)", show_default=False)] = None,
-    tls_secret: Annotated[Optional[str], typer.Option(
-        "--tls-secret", help="With --https: the Secret holding MindIE's 16 certificate files, "
-        "mounted where MindIE looks for them (docs/deploy.md)", show_default=False)] = None,
-    model_dir: Annotated[Optional[str], typer.Option(
-        "--model-dir", help="MindIE's modelWeightPath: a directory under --model-path, or "
-        "where --model-pvc is mounted (default: --model-path)", show_default=False)] = None,
-    model_pvc: Annotated[Optional[str], typer.Option(
-        "--model-pvc", help="A claim holding the weights, mounted read-only at --model-dir",
-        show_default=False)] = None,
-    model_name: Annotated[Optional[str], typer.Option(
-        "--model-name", help="MindIE's modelName (default: the image's config.json)",
-        show_default=False)] = None,
-    run_as_user: Annotated[Optional[int], typer.Option(
-        "--run-as-user",
-        parser=integer("--run-as-user", "1001"), metavar="INTEGER",
-        help="Run the pods as this uid (and gid): securityContext, fsGroup "
-        "and a state emptyDir (MindIE's images: 1001)", show_default=False)] = None,
-    launcher: Annotated[Optional[str], typer.Option(
-        "--launcher", help="Training: msrun (default) or torch; `boot` runs it",
-        show_default=False)] = None,
-    master_port: Annotated[Optional[int], typer.Option(
-        "--master-port",
-        parser=integer("--master-port", "8118"), metavar="INTEGER",
-        help="Training: the launcher's port (msrun 8118, torchrun 29500)",
-        show_default=False)] = None,
-    msrun_log_dir: Annotated[Optional[str], typer.Option(
-        "--msrun-log-dir", help="Training with msrun: its --log_dir", show_default=False)
-    ] = None,
-    bind_core: Annotated[bool, typer.Option(
-        "--bind-core", help="Training with msrun: --bind_core=True")] = False,
-    init_container: Annotated[bool, typer.Option(
-        "--init-container", help="MindIE: `ascend-node ranktable` in an init container, the "
-        "server image runs unchanged (images/README.md)")] = False,
-    init_image: Annotated[Optional[str], typer.Option(
-        "--init-image", help="With --init-container: the agent's image (default: --image)",
-        show_default=False)] = None,
+    no_driver_mounts: NoDriverMounts = False,
+    rendezvous_key: RendezvousKey = False,
+    rendezvous_key_secret: RendezvousKeySecret = None,
+    https: Https = None,
+    load_timeout: LoadTimeout = None,
+    tls_secret: TlsSecret = None,
+    model_dir: ModelDir = None,
+    model_pvc: ModelPvc = None,
+    model_name: ModelName = None,
+    run_as_user: RunAsUser = None,
+    launcher: Launcher = None,
+    master_port: MasterPort = None,
+    msrun_log_dir: MsrunLogDir = None,
+    bind_core: BindCore = False,
+    init_container: InitContainer = False,
+    init_image: InitImage = None,
     launcher_rbac: Annotated[Optional[str], typer.Option(
         "--launcher-rbac", metavar="NAME", help="Render only the ServiceAccount NAME, Role and "
         "RoleBinding `ascend-node launch` needs in --namespace (docs/launch.md), no Job",
