@@ -96,3 +96,11 @@ InitContainer = Annotated[bool, typer.Option(
 InitImage = Annotated[Optional[str], typer.Option(
     "--init-image", help="With --init-container: the agent's image (default: --image)",
     show_default=False)]
+
+
+def fresh_key() -> str:
+    """A new rendezvous key for `--rendezvous-key` (256 random bits, hex): drawn here, at the
+    edge, so that `jobspec` stays pure."""
+    import secrets
+
+    return secrets.token_hex(32)

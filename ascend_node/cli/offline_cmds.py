@@ -48,6 +48,7 @@ from ascend_node.cli.job_options import (
     RendezvousKeySecret,
     RunAsUser,
     TlsSecret,
+    fresh_key,
 )
 from ascend_node.cli.options import (
     Debug,
@@ -283,13 +284,6 @@ def manifest(
         if rendered.note is not None:
             print(f"ascend-node: warning: {rendered.note}", file=sys.stderr, flush=True)
         out(rendered.json_text() if json_out else rendered.yaml_text(), end="")
-
-
-def fresh_key() -> str:
-    """A new rendezvous key for `--rendezvous-key` (256 random bits, hex)."""
-    import secrets
-
-    return secrets.token_hex(32)
 
 
 @app.command(rich_help_panel=OFFLINE)

@@ -94,7 +94,8 @@ def overlay(job: dict[str, Any], req: PlatformRequest) -> dict[str, Any]:
                 c["imagePullPolicy"] = req.pull_policy
         if req.working_dir is not None:
             server["workingDir"] = req.working_dir
-        resources = server.setdefault("resources", {})
+        # No empty `resources: {}` on a container that asks for none (a PD service's motor).
+        resources = server.setdefault("resources", {}) if req.resources else {}
         for key, value in req.resources.items():
             if key in resources.get("limits", {}):
                 raise ConfigError(
