@@ -467,7 +467,7 @@ ASCEND_INSTALL_INFO = ("UserName=HwHiAiUser\nUserGroup=HwHiAiUser\nDriver_Instal
 
 def write_node_root(node: Path, hccn_conf: str) -> None:
     """A fake NPU node's host files under `node`, at the paths the manifest mounts
-    (`manifest_mounts.HOST_MOUNTS`): the driver directory with the fake hccn_tool, the fake
+    (`jobspec.mounts.HOST_MOUNTS`): the driver directory with the fake hccn_tool, the fake
     npu-smi, npu-smi's /usr/local/dcmi and /etc/ascend_install.info, /etc/hccn.conf. The
     only place the bed's pods get a vendor tool from."""
     from ascend_node.jobspec.mounts import DCMI_DIR, HCCN_CONF, INSTALL_INFO, NPU_SMI

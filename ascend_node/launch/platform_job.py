@@ -61,7 +61,7 @@ def _check_volumes(spec: dict[str, Any], container: dict[str, Any],
 
 
 def overlay(job: dict[str, Any], req: PlatformRequest) -> dict[str, Any]:
-    """A copy of `job` (manifest.render_job's) with what `req` asks beyond manifest's options."""
+    """A copy of `job` (jobspec.job.render_job's) with what `req` asks beyond manifest's options."""
     out = copy.deepcopy(job)
     meta = out["metadata"]
     meta.setdefault("labels", {})
