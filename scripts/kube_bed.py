@@ -505,6 +505,10 @@ def up(run: Path, nodes: int, a3: bool, kubelet: bool = False,
     make_cert(pki, "vc-webhook-manager", "volcano-admission-service.volcano-system.svc",
               server_names=("IP:127.0.0.1", "DNS:localhost"))
     make_cert(pki, "admin", "kube-bed-admin", "system:masters")
+    # What the API server shows a kubelet when it proxies pods/log, exec, port-forward
+    # (kubeadm's apiserver-kubelet-client: a client cert in group system:masters).
+    make_cert(pki, "kube-apiserver-kubelet-client", "kube-apiserver-kubelet-client",
+              "system:masters")
     # kube-controller-manager as kubeadm runs it: its own user, bound by the API server's
     # bootstrap RBAC policy (system:kube-controller-manager).
     make_cert(pki, "kube-controller-manager", "system:kube-controller-manager")
@@ -550,6 +554,14 @@ def up(run: Path, nodes: int, a3: bool, kubelet: bool = False,
         # The `kubernetes` Service's Endpoints would name 127.0.0.1, which Endpoints
         # validation refuses; nothing in the bed routes through that Service.
         "--endpoint-reconciler-type=none",
+        # Reaching a node's kubelet (pods/log): its InternalIP, where the node agent's
+        # kubelet port listens (scripts/kube_node_logs.py), as the kubelet-client user;
+        # the agent's serving certs are the bed's CA's (the real kubelet of --kubelet
+        # signs its own, so only without it is the kubelet's certificate verified).
+        f"--kubelet-client-certificate={pki / 'kube-apiserver-kubelet-client.crt'}",
+        f"--kubelet-client-key={pki / 'kube-apiserver-kubelet-client.key'}",
+        "--kubelet-preferred-address-types=InternalIP",
+        *([] if kubelet else [f"--kubelet-certificate-authority={pki / 'ca.crt'}"]),
         f"--cert-dir={pki}", "--profiling=false", "--v=1"])
     admin = client(run)
     _wait_api(admin, "kube-apiserver /readyz", lambda: admin.get("/readyz") == "ok", run,

@@ -60,6 +60,7 @@ from __future__ import annotations
 import argparse
 import base64
 import contextlib
+import functools
 import http.client
 import json
 import os
@@ -87,6 +88,7 @@ for _p in (ROOT, ROOT / "scripts"):
 import container_bed as cb  # noqa: E402
 import kube_bed  # noqa: E402
 from kube_api import ApiError, Kube  # noqa: E402
+from kube_node_logs import LogRequestError, NodeLogs  # noqa: E402
 
 from tests.kubelet_bed import ContainerProbes, KubeletError, ProbeSpec, security_args  # noqa: E402
 
@@ -1221,11 +1223,42 @@ class Agent:
 
     def serve(self) -> None:
         self.setup()
+        logs = self.serve_logs()
         for node in self.nodes:
             threading.Thread(target=self.watch_node, args=(node,), daemon=True).start()
         self.log(f"serving {', '.join(n.name for n in self.nodes)}")
         self.stopping.wait()
+        logs.stop()
         self.teardown()
+
+    # -- the kubelet port: containerLogs (scripts/kube_node_logs.py) -------------------
+    def serve_logs(self) -> NodeLogs:
+        """Each node's containerLogs endpoint on its InternalIP, its port advertised."""
+        logs = NodeLogs()
+        for node in self.nodes:
+            port = logs.start(self.run, node.name, node.host_ip, node.kube.merge_patch,
+                              functools.partial(self.container_of, node),
+                              self.bed.env)
+            self.log(f"{node.name}: containerLogs on https://{node.host_ip}:{port}")
+        return logs
+
+    def container_of(self, node: Node, ns: str, pod: str, container: str) -> Optional[str]:
+        """The podman name of a container of a pod of this node, as the kubelet finds it by
+        the pod's name (a pod being deleted only when no newer one of that name runs)."""
+        with self.lock:
+            workers = [w for w in self.workers.values()
+                       if w.node is node and w.ns == ns and w.name == pod and not w.cleaned]
+        workers.sort(key=lambda w: w.stop.is_set())
+        for w in workers:
+            for spec, st in zip([*w.app_specs, *w.sidecar_specs, *w.init_specs],
+                                [*w.apps, *w.sidecars, *w.inits]):
+                if spec["name"] != container:
+                    continue
+                if not st.cid:
+                    raise LogRequestError(400, f'container "{container}" in pod "{pod}" is '
+                                               f"waiting to start: {st.waiting}")
+                return w.cname(spec)
+        return None
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -194,6 +194,10 @@ def test_a_two_pod_mindie_job_runs_through_volcano_and_the_node_agent(agent: Age
             assert env["POD_UID"] == pod["metadata"]["uid"]
             assert env["ASCEND_NODE_JOB_VERSION"] == pod["metadata"]["annotations"][
                 "volcano.sh/job-version"]
+            # Volcano's pod group, `<job>-<job uid>`: the job version's scope
+            job_uid = agent.kube.get(agent.kube_bed.jobs_path(run.ns, run.name))["metadata"][
+                "uid"]
+            assert env["ASCEND_NODE_JOB_INSTANCE"] == f"{run.name}-{job_uid}"
             assert env["VC_WORKER_NUM"] == "1"  # Volcano's env/svc plugins, not ours
             assert sorted(env["ASCEND_VISIBLE_DEVICES"].split(",")) == [str(d) for d in range(8)]
             table = agent.exec(pod, "cat", env["RANK_TABLE_FILE"])

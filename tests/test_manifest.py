@@ -204,6 +204,8 @@ def test_container_identity_env(kind, nodes, rdma) -> None:
         assert env["K8S_HOST_IP"] == {"fieldRef": {"fieldPath": "status.hostIP"}}
         assert env["ASCEND_NODE_JOB_VERSION"] == {
             "fieldRef": {"fieldPath": "metadata.annotations['volcano.sh/job-version']"}}
+        assert env["ASCEND_NODE_JOB_INSTANCE"] == {
+            "fieldRef": {"fieldPath": "metadata.annotations['scheduling.k8s.io/group-name']"}}
         assert env["ASCEND_NODE_RUN_ID"] == "job-42"
         assert env["ASCEND_NODE_TIMEOUT"] == "600"
         assert env["MODEL_PATH"] == "/data/models"

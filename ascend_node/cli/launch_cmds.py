@@ -222,18 +222,26 @@ def _say(line: str) -> None:
     print(f"ascend-node: launch: {line}", file=sys.stderr, flush=True)
 
 
+def _log_line(line: str) -> None:
+    """A pod's log line: stdout, the step's output (launch's own lines are on stderr)."""
+    print(line, flush=True)
+
+
 def _run(client: Any, run_id: str, name: str, job: dict[str, Any],
          objects: list[dict[str, Any]], deletions: list[Any], until: str, timeout: int,
          keep: bool) -> None:
     """Delete the earlier run, create, follow; on SIGINT/SIGTERM or a timeout delete the Job
     it created unless `keep`."""
+    from ascend_node.kube.client import Client
     from ascend_node.kube.errors import NotFound
+    from ascend_node.launch.pod_logs import PodLogs
     from ascend_node.launch.run import LaunchTimeout, delete_earlier, follow, raise_for
     from ascend_node.launch.submit import JOBS, ensure_objects
 
     deadline = time.monotonic() + timeout
     signal.signal(signal.SIGTERM, on_sigterm)
     created = False
+    logs: Optional[PodLogs] = None
     try:
         delete_earlier(client, run_id, deletions, _say, deadline)
         for made_object in ensure_objects(client, objects):
@@ -242,8 +250,14 @@ def _run(client: Any, run_id: str, name: str, job: dict[str, Any],
         created = True
         _say(f"created job {made['metadata']['namespace']}/{name} "
              f"(uid {made['metadata']['uid']})")
+        logs = PodLogs(lambda: Client(client.endpoint), name, _log_line, _say)
+        logs.start()
         verdict = follow(client, name, until, _say, deadline)
+        # the Job ended: every pod's log to its end first; serving: the pods go on
+        logs.finish(read_to_end=until == "ended")
     except (KeyboardInterrupt, Terminated, LaunchTimeout):
+        if logs is not None:
+            logs.finish(read_to_end=False)
         if created and not keep:
             with contextlib.suppress(NotFound):
                 client.delete(JOBS, name)

@@ -489,6 +489,10 @@ def _env(p: ManifestParams, role: str) -> list[dict[str, Any]]:
         # Bumped by Volcano on every RestartJob: keeps a re-created pod with unchanged
         # addresses off the previous start's rank table.
         _field_env("ASCEND_NODE_JOB_VERSION", "metadata.annotations['volcano.sh/job-version']"),
+        # `<job name>-<job UID>`: orders those versions within one Volcano Job only, so a
+        # Job deleted and applied again under the same name is not taken for a leftover.
+        _field_env("ASCEND_NODE_JOB_INSTANCE",
+                   "metadata.annotations['scheduling.k8s.io/group-name']"),
     ]
     if p.nodes == 1:
         # With no worker task the svc plugin injects no VC_WORKER_NUM at all.

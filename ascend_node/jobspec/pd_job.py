@@ -67,7 +67,8 @@ from ascend_node.pd.motor_configs import (
     motor_files,
 )
 from ascend_node.pd.roles import TASK_ENV
-from ascend_node.pd.service import global_table_path
+from ascend_node.pd.service import GLOBAL_TABLE_NAME, global_table_path
+from ascend_node.rendezvous.kube_layout import identity_env, rbac_objects, service_account_name
 
 MAX_INSTANCES = 96  # the controller's multi-node mode reads groups 2..97
 MOTOR_MOUNT = "/etc/ascend-node/motor"
@@ -166,8 +167,20 @@ def configmap_name(p: ManifestParams) -> str:
 
 
 def table_path(p: ManifestParams) -> str:
-    """The live global table, where `pd-table` writes it on the shared volume."""
+    """The live global table, where `pd-table` writes it: on the shared volume, or, through
+    the API, in the state directory's emptyDir the table writer shares with the controller
+    in the controller's pod (`pd_cmds._api_table_path`)."""
+    if p.rendezvous == "kube":
+        return f"{STATE_MOUNT}/pd/{GLOBAL_TABLE_NAME}"
     return str(global_table_path(Path(p.model_path), p.run_id))
+
+
+def render_pd_rbac(p: ManifestParams, shape: PdShape) -> list[dict[str, Any]]:
+    """With `--rendezvous kube`: the service's ServiceAccount, Role and RoleBinding, the Role
+    naming every instance's objects and the service pods' (`kube_layout.pd_names`)."""
+    if p.rendezvous != "kube" or p.namespace is None:
+        return []
+    return rbac_objects(p.name, p.namespace, 0, dict(shape.tasks()))
 
 
 def render_pd_configmap(p: ManifestParams, shape: PdShape) -> dict[str, Any]:
@@ -199,7 +212,9 @@ def render_pd_yaml(p: ManifestParams, shape: PdShape) -> str:
     header = (f"# PD service rendered by ascend-node: {shape.prefill} prefill x "
               f"{shape.prefill_pods} pod(s), {shape.decode} decode x {shape.decode_pods} "
               f"pod(s), {p.npus_per_node} NPUs per pod\n")
-    return (header + to_yaml(render_pd_configmap(p, shape)) + "---\n"
+    rbac = "".join("# the agent's least privilege for the rendezvous through the API "
+                   f"(docs/deploy.md)\n{to_yaml(obj)}---\n" for obj in render_pd_rbac(p, shape))
+    return (rbac + header + to_yaml(render_pd_configmap(p, shape)) + "---\n"
             + to_yaml(render_pd_job(p, shape)))
 
 
@@ -223,6 +238,8 @@ def _server_task(p: ManifestParams, task: str, pods: int) -> dict[str, Any]:
                     {"app.kubernetes.io/name": SERVER_NAME, "app.kubernetes.io/instance": p.name})
     spec["containers"] = [c]
     spec["volumes"] = _volumes(inner)
+    if p.rendezvous == "kube":
+        spec["serviceAccountName"] = service_account_name(p.name)
     labels = pod_labels(SERVER_NAME, p.name, task, p.run_id)
     return {"name": task, "replicas": pods, "policies": _policies(),
             "template": {"metadata": {"labels": labels}, "spec": spec}}
@@ -243,7 +260,7 @@ def _server_env(env: list[dict[str, Any]], run_id: str, task: str,
 def _motor_env(p: ManifestParams, task: str) -> list[dict[str, Any]]:
     env: list[dict[str, Any]] = [
         {"name": TASK_ENV, "value": task},
-        {"name": "MODEL_PATH", "value": p.model_path},
+        *([{"name": "MODEL_PATH", "value": p.model_path}] if p.pvc is not None else []),
         {"name": "ASCEND_NODE_RUN_ID", "value": p.run_id},
         {"name": "ASCEND_NODE_TIMEOUT", "value": str(p.timeout)},
         {"name": "ASCEND_NODE_STATE_DIR", "value": STATE_MOUNT},
@@ -251,6 +268,9 @@ def _motor_env(p: ManifestParams, task: str) -> list[dict[str, Any]]:
         _field_env("K8S_POD_IP", "status.podIP"),
         _field_env("K8S_HOST_IP", "status.hostIP"),
     ]
+    if p.rendezvous == "kube":
+        # The vcjob's name and uid from Volcano's own pod annotations (kube_layout).
+        env += [{"name": "ASCEND_NODE_RENDEZVOUS", "value": "kube"}, *identity_env()]
     if p.rendezvous_key_secret is not None:
         env.append({"name": "ASCEND_NODE_RENDEZVOUS_KEY_FILE",
                     "value": f"{KEY_MOUNT_DIR}/{KEY_ITEM}"})
@@ -259,7 +279,7 @@ def _motor_env(p: ManifestParams, task: str) -> list[dict[str, Any]]:
 
 def _motor_mounts(p: ManifestParams) -> list[dict[str, Any]]:
     mounts: list[dict[str, Any]] = [
-        {"name": "model", "mountPath": p.model_path},
+        *([{"name": "model", "mountPath": p.model_path}] if p.pvc is not None else []),
         {"name": "motor-config", "mountPath": MOTOR_MOUNT, "readOnly": True},
         {"name": "ascend-node-state", "mountPath": STATE_MOUNT},
     ]
@@ -270,7 +290,8 @@ def _motor_mounts(p: ManifestParams) -> list[dict[str, Any]]:
 
 def _motor_volumes(p: ManifestParams) -> list[dict[str, Any]]:
     vols: list[dict[str, Any]] = [
-        {"name": "model", "persistentVolumeClaim": {"claimName": p.pvc}},
+        *([{"name": "model", "persistentVolumeClaim": {"claimName": p.pvc}}]
+          if p.pvc is not None else []),
         {"name": "motor-config", "configMap": {"name": configmap_name(p)}},
         {"name": "ascend-node-state", "emptyDir": {}},
     ]
@@ -315,6 +336,8 @@ def _motor_task(p: ManifestParams, task: str) -> dict[str, Any]:
         spec["initContainers"] = [writer]
     spec["containers"] = [main]
     spec["volumes"] = _motor_volumes(p)
+    if p.rendezvous == "kube":
+        spec["serviceAccountName"] = service_account_name(p.name)
     return {"name": task, "replicas": 1, "policies": _policies(),
             "template": {"metadata": {"labels": pod_labels(MOTOR_NAME, p.name, task, p.run_id)},
                          "spec": spec}}

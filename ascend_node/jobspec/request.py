@@ -27,6 +27,7 @@ from ascend_node.jobspec.pd_job import (
     check_shape,
     render_pd_configmap,
     render_pd_job,
+    render_pd_rbac,
     render_pd_yaml,
 )
 
@@ -86,7 +87,7 @@ def request_options() -> list[str]:
 @dataclass(frozen=True)
 class Rendered:
     """What a request renders: the Job, and what must exist before it (the rendezvous key's
-    Secret, the job's RBAC objects or a PD service's ConfigMap), in apply order."""
+    Secret, the job's RBAC objects, a PD service's ConfigMap), in apply order."""
 
     params: ManifestParams
     shape: Optional[PdShape]
@@ -135,10 +136,6 @@ def render(req: JobRequest, key_text: Optional[str] = None) -> Rendered:
                          "render a new Secret, or name an existing one, not both")
     key_secret = (f"{req.name}-rendezvous-key" if req.rendezvous_key
                   else req.rendezvous_key_secret)
-    if pd and req.rendezvous != "volume":
-        raise UsageError("--kind mindie-pd with --rendezvous kube is not rendered yet: "
-                         "the PD service's global table lives on the shared PVC",
-                         "use --rendezvous volume for a PD service")
     shape = None
     note = None
     if pd:
@@ -173,5 +170,6 @@ def render(req: JobRequest, key_text: Optional[str] = None) -> Rendered:
     head = [] if secret is None else [secret]
     if shape is not None:
         return Rendered(params, shape, render_pd_job(params, shape),
-                        [*head, render_pd_configmap(params, shape)], secret, note)
+                        [*head, *render_pd_rbac(params, shape),
+                         render_pd_configmap(params, shape)], secret, note)
     return Rendered(params, None, render_job(params), [*head, *render_rbac(params)], secret)
