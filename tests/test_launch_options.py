@@ -37,6 +37,7 @@ CASES: dict[str, list[str]] = {
                             "t.py"],
     "pd": ["--kind", "mindie-pd", "--pvc", "model", "--prefill", "2", "--decode-pods", "2",
            "--prefill-pods", "1", "--run-as-user", "1001"],
+    "pd-kube": ["--kind", "mindie-pd", "--rendezvous-key-secret", "k", "--model-dir", "/opt/w"],
 }
 # manifest's --timeout (the agent's peer timeout) is launch's --peer-timeout.
 TIMEOUT_CASE = (["--kind", "mindie", "--pvc", "model", "--timeout", "600"],
