@@ -77,7 +77,7 @@ SCRIPTS = Path(__file__).resolve().parent
 BUILD = SCRIPTS / "kube-bed-build"
 DEFAULT_RUN_DIR = Path(os.environ.get("KUBE_BED_DIR", "/tmp/ascend-node-kube-bed"))
 NPU_RESOURCE = "huawei.com/Ascend910"
-# manifest.py's ACCELERATOR_TYPE_LABEL and A3_SUPER_POD_TYPES[16] (MindCluster's values).
+# jobspec/skeleton.py's ACCELERATOR_TYPE_LABEL and A3_SUPER_POD_TYPES[16] (MindCluster's values).
 A3_LABEL = ("accelerator-type", "module-a3-16-super-pod")
 K8S_VERSION = "v1.30.2"
 SERVICE_CIDR = "10.96.0.0/16"

@@ -375,18 +375,34 @@ def termination_message(text: str, logs: str, policy: str, exit_code: int) -> st
 
 
 
-def write_node_root(root: Path, index: int, npus: int) -> None:
+def write_node_root(root: Path, index: int, npus: int, seat: Any = None) -> None:
     """A fake Ascend node's `/`: the container bed's host files (`cb.write_node_root`: the
     driver directory with the fake hccn_tool, /etc/hccn.conf, the fake npu-smi,
     /usr/local/dcmi, /etc/ascend_install.info, at the paths the manifests' hostPath volumes
-    name) and, in the driver directory, the fake tools' answers for this node (sim-data)."""
-    from ascend_node.sim.cluster import device_ip
+    name) and, in the driver directory, the fake tools' answers for this node (sim-data).
+    `seat` (a `SuperPodSeat`): an Atlas A3 node, whose npu-smi answers its super pod and
+    each device's SDID, as the simulator's A3 nodes do (`sim.cluster`)."""
+    from ascend_node.sim.cluster import device_ip, sdid
     from ascend_node.sim.fake_tools import FakeDevice, write_node_data
 
     cb.write_node_root(root, "".join(f"address_{d}={device_ip(index, d)}\n"
                                      f"netmask_{d}=255.255.255.0\n" for d in range(npus)))
     write_node_data(root / "usr/local/Ascend/driver/sim-data",
-                    [FakeDevice(d, device_ip(index, d)) for d in range(npus)])
+                    [FakeDevice(d, device_ip(index, d),
+                                sdid=sdid(seat, d) if seat is not None else None)
+                     for d in range(npus)], seat)
+
+
+def a3_seat(node: Mapping[str, Any], index: int, count: int) -> Any:
+    """The super-pod seat of a node labelled as an A3 super-pod server (the bed's `up --a3`,
+    MindCluster's `accelerator-type` label), else None: every such node of the bed in super
+    pod 0, seated by its index."""
+    from ascend_node.sim.fake_tools import SuperPodSeat
+
+    labels = node.get("metadata", {}).get("labels") or {}
+    if not str(labels.get("accelerator-type", "")).startswith("module-a3-"):
+        return None
+    return SuperPodSeat(super_pod_id=0, size=count, server_index=index)
 
 
 def atomic_dir(host: Path, files: Mapping[str, bytes], mode: int,
@@ -1113,7 +1129,7 @@ class Agent:
                 {"type": "Hostname", "address": name}]}})
             root = work / "kube-nodes" / name / "root"
             shutil.rmtree(root, ignore_errors=True)
-            write_node_root(root, i, count)
+            write_node_root(root, i, count, a3_seat(obj, i, len(state["nodes"])))
             self.nodes.append(Node(name, i, kube, root, Devices(count), resource, host_ip))
 
     def log(self, line: str) -> None:

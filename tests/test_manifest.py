@@ -1,4 +1,4 @@
-"""Contract tests for the rendered Volcano Job manifests (ascend_node.manifest).
+"""Contract tests for the rendered Volcano Job manifests (ascend_node.jobspec.job).
 
 Every manifest must (a) pass Volcano's own Job CRD schema, made strict the way the API
 server is (unknown fields rejected, int32 ranges), and (b) keep the promises the agent
@@ -22,7 +22,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from ascend_node.errors import ClusterInconsistent, PeerTimeout, UsageError
-from ascend_node.manifest import (
+from ascend_node.jobspec.job import (
     DEFAULT_LOAD_TIMEOUT_S,
     STARTUP_GRACE_S,
     ManifestParams,

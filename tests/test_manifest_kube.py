@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from ascend_node.errors import UsageError
-from ascend_node.manifest import ManifestParams, render_job, render_rbac, render_yaml
+from ascend_node.jobspec.job import ManifestParams, render_job, render_rbac, render_yaml
 from ascend_node.rendezvous.kube_docs import first_denied, needed_calls
 from ascend_node.rendezvous.kube_layout import identity_env
 
@@ -97,7 +97,12 @@ def test_a_pd_service_through_the_api_renders_its_role_and_no_pvc() -> None:
     objects and the service pods' (each pod's own calls pass the agent's check), every pod
     runs under the ServiceAccount with the job's identity, no PVC, and the controller reads
     the global table from the state directory its table writer shares with it."""
-    from ascend_node.manifest_pd import PdShape, render_pd_configmap, render_pd_job, render_pd_rbac
+    from ascend_node.jobspec.pd_job import (
+        PdShape,
+        render_pd_configmap,
+        render_pd_job,
+        render_pd_rbac,
+    )
     from ascend_node.rendezvous.kube_layout import JobIdentity, service_object_name
 
     shape = PdShape(2, 1, 2, 1)

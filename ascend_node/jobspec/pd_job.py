@@ -48,10 +48,7 @@ from typing import Any, Optional
 
 from ascend_node.errors import ClusterInconsistent, PeerTimeout, UsageError
 from ascend_node.handoff.mindie_startup import DEFAULT_MIES_INSTALL_PATH
-from ascend_node.manifest import (
-    A3_SUPER_POD_TYPES,
-    ACCELERATOR_TYPE_LABEL,
-    API_VERSION,
+from ascend_node.jobspec.job import (
     KEY_ITEM,
     KEY_MOUNT_DIR,
     MAX_HOSTNAME,
@@ -59,11 +56,11 @@ from ascend_node.manifest import (
     ManifestParams,
     _container,
     _field_env,
-    _pod_security,
     _volumes,
     to_yaml,
 )
-from ascend_node.manifest_mounts import STATE_MOUNT
+from ascend_node.jobspec.mounts import STATE_MOUNT
+from ascend_node.jobspec.skeleton import MANAGED_BY, job_labels, job_object, pod_head, pod_labels
 from ascend_node.pd.motor_configs import (
     CONTROLLER_FILE,
     COORDINATOR_FILE,
@@ -201,30 +198,13 @@ def render_pd_configmap(p: ManifestParams, shape: PdShape) -> dict[str, Any]:
 def render_pd_job(p: ManifestParams, shape: PdShape) -> dict[str, Any]:
     """The Volcano Job: coordinator, controller, then the instance tasks."""
     check_pd(p, shape)
-    metadata: dict[str, Any] = {"name": p.name}
-    if p.namespace is not None:
-        metadata["namespace"] = p.namespace
-    metadata["labels"] = {"app.kubernetes.io/name": "mindie-pd",
-                          "app.kubernetes.io/instance": p.name,
-                          "app.kubernetes.io/managed-by": "ascend-node"}
     tasks = [_motor_task(p, "coordinator"), _motor_task(p, "controller")]
     tasks += [_server_task(p, task, pods) for task, pods in shape.tasks()]
-    return {
-        "apiVersion": API_VERSION,
-        "kind": "Job",
-        "metadata": metadata,
-        "spec": {
-            "schedulerName": "volcano",
-            "queue": p.queue,
-            "minAvailable": sum(t["replicas"] for t in tasks),
-            # Bounds RestartJob only; no policy here restarts the Job (see the module).
-            "maxRetry": 3,
-            # The svc plugin's NetworkPolicy admits only the Job's pods: clients outside
-            # it send to the coordinator.
-            "plugins": {"env": [], "svc": ["--disable-network-policy=true"]},
-            "tasks": tasks,
-        },
-    }
+    # maxRetry bounds RestartJob only; no policy here restarts the Job (see the module). The
+    # svc plugin's NetworkPolicy admits only the Job's pods: clients outside it send to the
+    # coordinator. The run's label, as on a plain job: `launch` finds an earlier run by it.
+    return job_object(p.name, p.namespace, job_labels("mindie-pd", p.name, p.run_id), p.queue,
+                      3, ["--disable-network-policy=true"], tasks)
 
 
 def render_pd_yaml(p: ManifestParams, shape: PdShape) -> str:
@@ -238,13 +218,9 @@ def render_pd_yaml(p: ManifestParams, shape: PdShape) -> str:
             + to_yaml(render_pd_job(p, shape)))
 
 
-def _labels(p: ManifestParams, name: str, component: Optional[str] = None) -> dict[str, str]:
-    out = {"app.kubernetes.io/name": name, "app.kubernetes.io/instance": p.name}
-    if component is not None:
-        out["app.kubernetes.io/component"] = component
-    else:
-        out["app.kubernetes.io/managed-by"] = "ascend-node"
-    return out
+def _labels(p: ManifestParams, name: str) -> dict[str, str]:
+    """The ConfigMap's labels."""
+    return {"app.kubernetes.io/name": name, "app.kubernetes.io/instance": p.name, **MANAGED_BY}
 
 
 def _policies() -> list[dict[str, Any]]:
@@ -258,22 +234,15 @@ def _server_task(p: ManifestParams, task: str, pods: int) -> dict[str, Any]:
     inner = ManifestParams(**{**p.__dict__, "nodes": pods})
     c = _container(inner, "master")
     c["env"] = _server_env(c["env"], p.run_id, task, pods)
-    spec: dict[str, Any] = {"restartPolicy": "Never"}
-    if p.run_as_user is not None:
-        spec["securityContext"] = _pod_security(p.run_as_user)
-    if p.a3:
-        spec["nodeSelector"] = {ACCELERATOR_TYPE_LABEL: A3_SUPER_POD_TYPES[p.npus_per_node]}
-    spec["affinity"] = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{
-        "labelSelector": {"matchLabels": {"app.kubernetes.io/name": SERVER_NAME,
-                                          "app.kubernetes.io/instance": p.name}},
-        "topologyKey": "kubernetes.io/hostname",
-    }]}}
+    spec = pod_head(p.run_as_user, p.npus_per_node if p.a3 else None,
+                    {"app.kubernetes.io/name": SERVER_NAME, "app.kubernetes.io/instance": p.name})
     spec["containers"] = [c]
     spec["volumes"] = _volumes(inner)
     if p.rendezvous == "kube":
         spec["serviceAccountName"] = service_account_name(p.name)
+    labels = pod_labels(SERVER_NAME, p.name, task, p.run_id)
     return {"name": task, "replicas": pods, "policies": _policies(),
-            "template": {"metadata": {"labels": _labels(p, SERVER_NAME, task)}, "spec": spec}}
+            "template": {"metadata": {"labels": labels}, "spec": spec}}
 
 
 def _server_env(env: list[dict[str, Any]], run_id: str, task: str,
@@ -350,9 +319,7 @@ def _motor_task(p: ManifestParams, task: str) -> dict[str, Any]:
     # MindIE-Motor resolves the relative paths of its configuration (logs, DIGS files)
     # against its working directory, its install directory in its own boot.sh.
     main["workingDir"] = DEFAULT_MIES_INSTALL_PATH
-    spec: dict[str, Any] = {"restartPolicy": "Never"}
-    if p.run_as_user is not None:
-        spec["securityContext"] = _pod_security(p.run_as_user)
+    spec = pod_head(p.run_as_user, None, None)
     if task == "coordinator":
         main["ports"] = [{"name": "predict", "containerPort": COORDINATOR_PREDICT_PORT,
                           "protocol": "TCP"}]
@@ -372,4 +339,5 @@ def _motor_task(p: ManifestParams, task: str) -> dict[str, Any]:
     if p.rendezvous == "kube":
         spec["serviceAccountName"] = service_account_name(p.name)
     return {"name": task, "replicas": 1, "policies": _policies(),
-            "template": {"metadata": {"labels": _labels(p, MOTOR_NAME, task)}, "spec": spec}}
+            "template": {"metadata": {"labels": pod_labels(MOTOR_NAME, p.name, task, p.run_id)},
+                         "spec": spec}}
