@@ -15,7 +15,7 @@ engineer would (images/README.md) and runs them with podman, offline:
     at its real path) and an atb_llm wheel in /opt/package. No vendor *tool* is in an
     image, as in a real MindIE image: the fake hccn_tool and npu-smi (answering from a
     directory mounted per container) sit on each pod's fake node (`write_node_root`) at
-    the host paths the manifest mounts (ascend_node/manifest_mounts.py), so a pod reaches
+    the host paths the manifest mounts (ascend_node/jobspec/mounts.py), so a pod reaches
     them only through those mounts and a mount the manifest drops fails a test. The fakes
     are the simulation's own (ascend_node/sim/fake_tools.py), in real output formats.
     Its tag is a hash of every input, so a work directory that already holds it (a second
@@ -467,10 +467,10 @@ ASCEND_INSTALL_INFO = ("UserName=HwHiAiUser\nUserGroup=HwHiAiUser\nDriver_Instal
 
 def write_node_root(node: Path, hccn_conf: str) -> None:
     """A fake NPU node's host files under `node`, at the paths the manifest mounts
-    (`manifest_mounts.HOST_MOUNTS`): the driver directory with the fake hccn_tool, the fake
+    (`jobspec.mounts.HOST_MOUNTS`): the driver directory with the fake hccn_tool, the fake
     npu-smi, npu-smi's /usr/local/dcmi and /etc/ascend_install.info, /etc/hccn.conf. The
     only place the bed's pods get a vendor tool from."""
-    from ascend_node.manifest_mounts import DCMI_DIR, HCCN_CONF, INSTALL_INFO, NPU_SMI
+    from ascend_node.jobspec.mounts import DCMI_DIR, HCCN_CONF, INSTALL_INFO, NPU_SMI
     from ascend_node.sim.fake_tools import HCCN_TOOL_SCRIPT, NPU_SMI_SCRIPT
 
     for path, text in ((HCCN_TOOL_PATH, HCCN_TOOL_SCRIPT), (NPU_SMI, NPU_SMI_SCRIPT),
@@ -484,7 +484,7 @@ def write_node_root(node: Path, hccn_conf: str) -> None:
 
 def node_mounts(node: Path) -> list[tuple[str, str, str]]:
     """`write_node_root`'s files as the manifest mounts them (read-only hostPaths)."""
-    from ascend_node.manifest_mounts import HOST_MOUNTS
+    from ascend_node.jobspec.mounts import HOST_MOUNTS
 
     return [(str(node / path.lstrip("/")), path, "ro") for _, path, _ in HOST_MOUNTS]
 

@@ -77,7 +77,7 @@ SCRIPTS = Path(__file__).resolve().parent
 BUILD = SCRIPTS / "kube-bed-build"
 DEFAULT_RUN_DIR = Path(os.environ.get("KUBE_BED_DIR", "/tmp/ascend-node-kube-bed"))
 NPU_RESOURCE = "huawei.com/Ascend910"
-# manifest.py's ACCELERATOR_TYPE_LABEL and A3_SUPER_POD_TYPES[16] (MindCluster's values).
+# jobspec/skeleton.py's ACCELERATOR_TYPE_LABEL and A3_SUPER_POD_TYPES[16] (MindCluster's values).
 A3_LABEL = ("accelerator-type", "module-a3-16-super-pod")
 K8S_VERSION = "v1.30.2"
 SERVICE_CIDR = "10.96.0.0/16"
@@ -499,12 +499,18 @@ def up(run: Path, nodes: int, a3: bool, kubelet: bool = False,
 
     make_ca(pki)
     make_cert(pki, "kube-apiserver", "kube-apiserver", server_names=(
-        "IP:127.0.0.1", "IP:10.96.0.1", "DNS:localhost", "DNS:kubernetes",
+        # 10.237.0.1: the node agent's bridge gateway, where its pods reach this API server
+        # (scripts/kube_node_agent.py API_HOST; no kube-proxy routes the ClusterIP)
+        "IP:127.0.0.1", "IP:10.96.0.1", "IP:10.237.0.1", "DNS:localhost", "DNS:kubernetes",
         "DNS:kubernetes.default", "DNS:kubernetes.default.svc",
         "DNS:kubernetes.default.svc.cluster.local"))
     make_cert(pki, "vc-webhook-manager", "volcano-admission-service.volcano-system.svc",
               server_names=("IP:127.0.0.1", "DNS:localhost"))
     make_cert(pki, "admin", "kube-bed-admin", "system:masters")
+    # What the API server shows a kubelet when it proxies pods/log, exec, port-forward
+    # (kubeadm's apiserver-kubelet-client: a client cert in group system:masters).
+    make_cert(pki, "kube-apiserver-kubelet-client", "kube-apiserver-kubelet-client",
+              "system:masters")
     # kube-controller-manager as kubeadm runs it: its own user, bound by the API server's
     # bootstrap RBAC policy (system:kube-controller-manager).
     make_cert(pki, "kube-controller-manager", "system:kube-controller-manager")
@@ -535,7 +541,9 @@ def up(run: Path, nodes: int, a3: bool, kubelet: bool = False,
     spawn(run, "kube-apiserver", [
         str(bindir / "kube-apiserver"),
         f"--etcd-servers={loop}:{etcd_port}",
-        "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
+        # every interface: the node agent's pods reach it on their bridge's gateway
+        # (10.237.0.1), which exists only once the agent made that network
+        "--bind-address=0.0.0.0", "--advertise-address=127.0.0.1",
         f"--secure-port={api_port}",
         f"--tls-cert-file={pki / 'kube-apiserver.crt'}",
         f"--tls-private-key-file={pki / 'kube-apiserver.key'}",
@@ -550,6 +558,14 @@ def up(run: Path, nodes: int, a3: bool, kubelet: bool = False,
         # The `kubernetes` Service's Endpoints would name 127.0.0.1, which Endpoints
         # validation refuses; nothing in the bed routes through that Service.
         "--endpoint-reconciler-type=none",
+        # Reaching a node's kubelet (pods/log): its InternalIP, where the node agent's
+        # kubelet port listens (scripts/kube_node_logs.py), as the kubelet-client user;
+        # the agent's serving certs are the bed's CA's (the real kubelet of --kubelet
+        # signs its own, so only without it is the kubelet's certificate verified).
+        f"--kubelet-client-certificate={pki / 'kube-apiserver-kubelet-client.crt'}",
+        f"--kubelet-client-key={pki / 'kube-apiserver-kubelet-client.key'}",
+        "--kubelet-preferred-address-types=InternalIP",
+        *([] if kubelet else [f"--kubelet-certificate-authority={pki / 'ca.crt'}"]),
         f"--cert-dir={pki}", "--profiling=false", "--v=1"])
     admin = client(run)
     _wait_api(admin, "kube-apiserver /readyz", lambda: admin.get("/readyz") == "ok", run,

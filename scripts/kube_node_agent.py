@@ -50,7 +50,8 @@ Not a kubelet: no image pulls (the images are local), no resource limits but the
 container restarts (the manifests use `restartPolicy: Never`; anything else is refused with
 the pod failed and the reason in its status), no DNS server (hostname/subdomain set, and
 /etc/hosts holds the pod's own name as the kubelet writes it; the manifests need no peer
-names), no Service routing, no eviction.
+names), no Service routing (so KUBERNETES_SERVICE_HOST/PORT name the API server on the
+bridge's gateway, not the `kubernetes` Service's ClusterIP: `service_env`), no eviction.
 
     scripts/kube_node_agent.py --run-dir RUN [--work DIR] [--sim-env K=V ...]
 """
@@ -60,6 +61,7 @@ from __future__ import annotations
 import argparse
 import base64
 import contextlib
+import functools
 import http.client
 import json
 import os
@@ -87,12 +89,31 @@ for _p in (ROOT, ROOT / "scripts"):
 import container_bed as cb  # noqa: E402
 import kube_bed  # noqa: E402
 from kube_api import ApiError, Kube  # noqa: E402
+from kube_node_logs import LogRequestError, NodeLogs  # noqa: E402
 
 from tests.kubelet_bed import ContainerProbes, KubeletError, ProbeSpec, security_args  # noqa: E402
 
 NETWORK = "ascend-node-kube-bed"
 NETWORK_PREFIX = "10.237."  # node i's pods: 10.237.<i>.2-254 (its podCIDR)
 LABEL = "ascend-node-kube-agent"
+# The bridge's gateway: the host itself, seen from every pod. The bed's kube-apiserver listens
+# there too (scripts/kube_bed.py, its certificate names this IP), so a pod reaches the API
+# server at this address instead of the `kubernetes` Service's ClusterIP (no kube-proxy here).
+API_HOST = f"{NETWORK_PREFIX}0.1"
+
+
+def service_env(host: str, port: int) -> dict[str, str]:
+    """The `kubernetes` Service's variables as the kubelet writes them into every container
+    (pkg/kubelet/envvars/envvars.go FromServices: `<SVC>_SERVICE_HOST`, `_SERVICE_PORT`,
+    `_SERVICE_PORT_<PORTNAME>`, the docker-link style `_PORT*`), but naming the address a pod
+    of this bed can reach: the API server on the bridge's gateway, not the ClusterIP a
+    kube-proxy would route (docs/kube-node-agent.md, "Not a kubelet")."""
+    url = f"tcp://{host}:{port}"
+    return {"KUBERNETES_SERVICE_HOST": host, "KUBERNETES_SERVICE_PORT": str(port),
+            "KUBERNETES_SERVICE_PORT_HTTPS": str(port), "KUBERNETES_PORT": url,
+            f"KUBERNETES_PORT_{port}_TCP": url, f"KUBERNETES_PORT_{port}_TCP_PROTO": "tcp",
+            f"KUBERNETES_PORT_{port}_TCP_PORT": str(port),
+            f"KUBERNETES_PORT_{port}_TCP_ADDR": host}
 NPU_PREFIX = "huawei.com/Ascend"
 TERMINATION_MESSAGE_MAX = 4096  # kubelet: MaxContainerTerminationMessageLength
 FALLBACK_LOG_BYTES = 2048  # MaxContainerTerminationMessageLogLength
@@ -354,18 +375,34 @@ def termination_message(text: str, logs: str, policy: str, exit_code: int) -> st
 
 
 
-def write_node_root(root: Path, index: int, npus: int) -> None:
+def write_node_root(root: Path, index: int, npus: int, seat: Any = None) -> None:
     """A fake Ascend node's `/`: the container bed's host files (`cb.write_node_root`: the
     driver directory with the fake hccn_tool, /etc/hccn.conf, the fake npu-smi,
     /usr/local/dcmi, /etc/ascend_install.info, at the paths the manifests' hostPath volumes
-    name) and, in the driver directory, the fake tools' answers for this node (sim-data)."""
-    from ascend_node.sim.cluster import device_ip
+    name) and, in the driver directory, the fake tools' answers for this node (sim-data).
+    `seat` (a `SuperPodSeat`): an Atlas A3 node, whose npu-smi answers its super pod and
+    each device's SDID, as the simulator's A3 nodes do (`sim.cluster`)."""
+    from ascend_node.sim.cluster import device_ip, sdid
     from ascend_node.sim.fake_tools import FakeDevice, write_node_data
 
     cb.write_node_root(root, "".join(f"address_{d}={device_ip(index, d)}\n"
                                      f"netmask_{d}=255.255.255.0\n" for d in range(npus)))
     write_node_data(root / "usr/local/Ascend/driver/sim-data",
-                    [FakeDevice(d, device_ip(index, d)) for d in range(npus)])
+                    [FakeDevice(d, device_ip(index, d),
+                                sdid=sdid(seat, d) if seat is not None else None)
+                     for d in range(npus)], seat)
+
+
+def a3_seat(node: Mapping[str, Any], index: int, count: int) -> Any:
+    """The super-pod seat of a node labelled as an A3 super-pod server (the bed's `up --a3`,
+    MindCluster's `accelerator-type` label), else None: every such node of the bed in super
+    pod 0, seated by its index."""
+    from ascend_node.sim.fake_tools import SuperPodSeat
+
+    labels = node.get("metadata", {}).get("labels") or {}
+    if not str(labels.get("accelerator-type", "")).startswith("module-a3-"):
+        return None
+    return SuperPodSeat(super_pod_id=0, size=count, server_index=index)
 
 
 def atomic_dir(host: Path, files: Mapping[str, bytes], mode: int,
@@ -637,7 +674,9 @@ class PodWorker:
 
     def run_argv(self, c: Mapping[str, Any], kind: str) -> list[str]:
         spec = self.pod["spec"]
-        env = resolve_env(c, self.pod, self.config_map, self.secret)
+        # the Service variables first, the container's own env over them (the kubelet's order)
+        env = {**self.agent.service_env,
+               **resolve_env(c, self.pod, self.config_map, self.secret)}
         devs = self.devices.get(c["name"], [])
         if devs:
             env["ASCEND_VISIBLE_DEVICES"] = ",".join(str(d) for d in devs)
@@ -1073,6 +1112,7 @@ class Agent:
         self._publish_locks: dict[str, threading.Lock] = {}
         self.stopping = threading.Event()
         state = json.loads((run / "state.json").read_text())
+        self.service_env = service_env(API_HOST, int(state["ports"]["kube-apiserver"]))
         self.nodes: list[Node] = []
         for i, name in enumerate(state["nodes"]):
             kube = kube_bed.client(run, f"node-{name}")
@@ -1089,7 +1129,7 @@ class Agent:
                 {"type": "Hostname", "address": name}]}})
             root = work / "kube-nodes" / name / "root"
             shutil.rmtree(root, ignore_errors=True)
-            write_node_root(root, i, count)
+            write_node_root(root, i, count, a3_seat(obj, i, len(state["nodes"])))
             self.nodes.append(Node(name, i, kube, root, Devices(count), resource, host_ip))
 
     def log(self, line: str) -> None:
@@ -1205,11 +1245,42 @@ class Agent:
 
     def serve(self) -> None:
         self.setup()
+        logs = self.serve_logs()
         for node in self.nodes:
             threading.Thread(target=self.watch_node, args=(node,), daemon=True).start()
         self.log(f"serving {', '.join(n.name for n in self.nodes)}")
         self.stopping.wait()
+        logs.stop()
         self.teardown()
+
+    # -- the kubelet port: containerLogs (scripts/kube_node_logs.py) -------------------
+    def serve_logs(self) -> NodeLogs:
+        """Each node's containerLogs endpoint on its InternalIP, its port advertised."""
+        logs = NodeLogs()
+        for node in self.nodes:
+            port = logs.start(self.run, node.name, node.host_ip, node.kube.merge_patch,
+                              functools.partial(self.container_of, node),
+                              self.bed.env)
+            self.log(f"{node.name}: containerLogs on https://{node.host_ip}:{port}")
+        return logs
+
+    def container_of(self, node: Node, ns: str, pod: str, container: str) -> Optional[str]:
+        """The podman name of a container of a pod of this node, as the kubelet finds it by
+        the pod's name (a pod being deleted only when no newer one of that name runs)."""
+        with self.lock:
+            workers = [w for w in self.workers.values()
+                       if w.node is node and w.ns == ns and w.name == pod and not w.cleaned]
+        workers.sort(key=lambda w: w.stop.is_set())
+        for w in workers:
+            for spec, st in zip([*w.app_specs, *w.sidecar_specs, *w.init_specs],
+                                [*w.apps, *w.sidecars, *w.inits]):
+                if spec["name"] != container:
+                    continue
+                if not st.cid:
+                    raise LogRequestError(400, f'container "{container}" in pod "{pod}" is '
+                                               f"waiting to start: {st.waiting}")
+                return w.cname(spec)
+        return None
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -15,7 +15,7 @@ from ascend_node.chain.boot import boot_options_from_env
 from ascend_node.cli import app
 from ascend_node.errors import ConfigError, UsageError
 from ascend_node.handoff.launchers import msrun_launch
-from ascend_node.manifest import ManifestParams, render_job
+from ascend_node.jobspec.job import ManifestParams, render_job
 from ascend_node.sim.cluster import launch
 from tests.cluster_helpers import explain
 from tests.test_mindie_startup_boot import daemon_ran, shipped_node

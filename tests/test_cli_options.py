@@ -187,7 +187,7 @@ def test_every_command_taking_a_command_after_the_double_dash_follows_one_rule()
             assert isinstance(command, ServerCommand), name
         else:
             assert not isinstance(command, ServerCommand), name
-    assert takers == {"boot", "pd-boot", "manifest"}
+    assert takers == {"boot", "pd-boot", "manifest", "launch"}
 
 
 def _value_options() -> list[tuple[str, str]]:

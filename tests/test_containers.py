@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from ascend_node.manifest import ENTRYPOINT, STATUS_COMMAND
+from ascend_node.jobspec.job import ENTRYPOINT, STATUS_COMMAND
 
 pytestmark = [pytest.mark.containers]
 

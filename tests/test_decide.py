@@ -261,6 +261,36 @@ def test_choose_attempt_with_job_versions(attempt_version, mine, expect):
     assert isinstance(got, expect)
 
 
+@pytest.mark.parametrize(("attempt_of", "mine", "expect"), [
+    ("job-a", "job-b", decide.Open),      # the Job was deleted and applied again
+    ("job-a", "job-a", decide.Leftover),  # the same Job: this pod is older than the attempt
+    (None, "job-b", decide.Leftover),     # the attempt predates pod groups: versions alone
+    ("job-a", None, decide.Leftover),     # this pod does not know its Job: versions alone
+])
+def test_a_re_deployed_job_is_no_leftover_of_the_earlier_jobs_higher_version(
+        attempt_of, mine, expect):
+    """A Job deleted and applied again under the same name counts its version from 0
+    again: only within one Volcano Job (its pod group) does a higher version mean this
+    pod is a leftover. Before the fix, every same-size re-deploy after a RestartJob
+    was refused at node 0 (exit 1) until someone ran `ascend-node clean`."""
+    att = attempt().model_copy(update={"job_version": 2, "job_instance": attempt_of})
+    got = decide.choose_attempt(att, TABLE, "uid-0", ME0.digest(), 4, 1, (), 0, mine)
+    assert isinstance(got, expect), got
+    if expect is decide.Open:
+        assert "earlier Volcano Job of this name (pod group job-a)" in got.reason
+
+
+def test_a_follower_of_a_re_deployed_job_waits_for_an_attempt_of_its_own_job():
+    att = attempt().model_copy(update={"job_version": 0, "job_instance": "job-a"})
+    done = table_outcome([member(i) for i in range(4)])
+    me = decide.Me(2, "uid-2b", data(2).digest(), 1, 4, job_version=0, job_instance="job-b")
+    got = decide.follower_step(att, done, None, me, None)
+    assert isinstance(got, decide.WaitAttempt) and got.kind == "stale-version"
+    assert "pod group job-a" in got.reason and "job-b" in got.reason
+    same = decide.Me(2, "uid-2b", data(2).digest(), 1, 4, job_version=0, job_instance="job-a")
+    assert isinstance(decide.follower_step(att, done, None, same, None), decide.Done)
+
+
 def test_a_restarted_job_does_not_reuse_a_table_with_identical_data():
     """The case data digests cannot catch: same addresses, new start of the job."""
     att = attempt().model_copy(update={"job_version": 1})

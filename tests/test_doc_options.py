@@ -33,7 +33,8 @@ FOREIGN: dict[str, frozenset[str]] = {
     "pip": frozenset({"--no-index", "--find-links", "--target", "--no-compile"}),
     "podman / buildah / Containerfile RUN": frozenset({
         "--no-cache", "--build-arg", "--cgroup-parent", "--change", "--entrypoint", "--hostname",
-        "--ip", "--network", "--rm", "--stop-timeout", "--subnet", "--mount"}),
+        "--ip", "--network", "--rm", "--stop-timeout", "--subnet", "--mount", "--timestamps",
+        "--tail"}),
     "mmdebstrap (images/README.md)": frozenset({"--variant", "--include"}),
     "pip wheel (images/README.md)": frozenset({"--no-deps"}),
     "Volcano's svc plugin": frozenset({"--disable-network-policy"}),
@@ -42,7 +43,9 @@ FOREIGN: dict[str, frozenset[str]] = {
         "--bogus", "--pcv", "--launcer", "--motor-confg"}),
     "etcd, kube-apiserver and the kubelet (docs/kube-bed.md)": frozenset({
         "--unsafe-no-fsync", "--authorization-mode", "--client-ca-file",
-        "--endpoint-reconciler-type", "--root-dir"}),
+        "--endpoint-reconciler-type", "--root-dir", "--kubelet-client-certificate",
+        "--kubelet-preferred-address-types", "--kubelet-certificate-authority",
+        "--bind-address", "--root-ca-file"}),
 }
 """Flags the documents quote for other programs. The benchmark and CI scripts' own options
 (`bench/*.py`, `scripts/*`) are read from their sources below."""

@@ -396,7 +396,7 @@ def test_a_fake_refuses_to_start_with_one_line(tmp_path: Path, role: str, env: d
 def test_the_installed_scripts_exec_the_fakes(tmp_path: Path) -> None:
     scripts = fm.install_motor_fakes(tmp_path / "bin")
     # the names the rendered PD pods exec (issue 36: the fakes were ms_coordinator/_controller)
-    from ascend_node.manifest_pd import CONTROLLER_DAEMON, COORDINATOR_DAEMON
+    from ascend_node.jobspec.pd_job import CONTROLLER_DAEMON, COORDINATOR_DAEMON
 
     assert {role: p.name for role, p in scripts.items()} == {
         "coordinator": COORDINATOR_DAEMON, "controller": CONTROLLER_DAEMON}

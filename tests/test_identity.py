@@ -71,7 +71,7 @@ def test_sources_say_where_each_value_came_from() -> None:
         "role": "ROLE", "master_count": "default (0)", "worker_count": "VC_WORKER_NUM",
         "task_index": "VK_TASK_INDEX", "pod_ip": "POD_IP",
         "host_ip": "pod IP (K8S_HOST_IP unset)", "incarnation": "POD_UID",
-        "job_version": "not set",
+        "job_version": "not set", "job_instance": "not set",
     }
     assert (ident.pod_ip, ident.host_ip) == ("10.0.0.7", "10.0.0.7")
 
@@ -87,6 +87,24 @@ def test_bad_job_version_is_named(raw: str) -> None:
     with pytest.raises(ConfigError) as err:
         read_identity(env(ROLE="worker", VC_TASK_INDEX="0", ASCEND_NODE_JOB_VERSION=raw))
     assert err.value.cause == f"ASCEND_NODE_JOB_VERSION={raw!r} is not a non-negative integer"
+
+
+_GROUP = "job-42-3f1c0a5e-7d7e-4f43-9c1b-2f5b4c0e8a11"  # `<job>-<job uid>`
+
+
+@pytest.mark.parametrize(("raw", "expect"), [("", None), (f" {_GROUP} ", _GROUP)])
+def test_job_instance_from_the_downward_api(raw: str, expect: object) -> None:
+    ident = read_identity(env(ROLE="worker", VC_TASK_INDEX="0", ASCEND_NODE_JOB_INSTANCE=raw))
+    assert ident.job_instance == expect
+
+
+@pytest.mark.parametrize("raw", ["Job-42", "job 42", "-job", "job-", "j" * 254])
+def test_bad_job_instance_is_named(raw: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        read_identity(env(ROLE="worker", VC_TASK_INDEX="0", ASCEND_NODE_JOB_INSTANCE=raw))
+    assert err.value.cause.startswith(f"ASCEND_NODE_JOB_INSTANCE={raw[:300]!r} is not a pod "
+                                      "group name")
+    assert "scheduling.k8s.io/group-name" in err.value.hint
 
 
 def test_vc_task_index_wins_over_vk() -> None:

@@ -83,8 +83,8 @@ def test_table_sources_do_not_import_the_chain() -> None:
 # (`ascend_node.rendezvous`) or a top-level module (`ascend_node.errors`).
 FLOORS: tuple[tuple[str, ...], ...] = (
     ("__main__", "cli"),                                 # the commands
-    ("doctor", "sim", "manifest", "manifest_pd",         # what operators run beside a job
-     "manifest_mounts", "launch", "launcher_rbac"),
+    ("doctor", "sim", "launch"),                         # what operators run beside a job
+    ("jobspec",),                                        # the Jobs `manifest` and `launch` render
     ("status",),                                         # the probes' reader
     ("chain",),                                          # the chain: orders the steps
     ("pd",),                                             # a PD service's global rank table

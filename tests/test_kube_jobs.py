@@ -56,11 +56,11 @@ class JobRun:
     """One rendered Job in its own namespace, its pods' timeline recorded from apply on."""
 
     def __init__(self, agent: AgentBed, ns: str, name: str, *flags: str,
-                 uid: Any = None) -> None:
+                 uid: Any = None, image: str = IMAGE) -> None:
         self.agent, self.ns, self.name = agent, ns, name
         agent.kube_bed.namespace(ns)
         self.claim = agent.claim(ns, "model", uid)
-        self.text = render("--namespace", ns, "--name", name, "--image", IMAGE,
+        self.text = render("--namespace", ns, "--name", name, "--image", image,
                            "--pvc", "model", "--model-path", MODEL_PATH, "--timeout", "120",
                            *flags)
         if "--init-container" in flags:
@@ -194,6 +194,10 @@ def test_a_two_pod_mindie_job_runs_through_volcano_and_the_node_agent(agent: Age
             assert env["POD_UID"] == pod["metadata"]["uid"]
             assert env["ASCEND_NODE_JOB_VERSION"] == pod["metadata"]["annotations"][
                 "volcano.sh/job-version"]
+            # Volcano's pod group, `<job>-<job uid>`: the job version's scope
+            job_uid = agent.kube.get(agent.kube_bed.jobs_path(run.ns, run.name))["metadata"][
+                "uid"]
+            assert env["ASCEND_NODE_JOB_INSTANCE"] == f"{run.name}-{job_uid}"
             assert env["VC_WORKER_NUM"] == "1"  # Volcano's env/svc plugins, not ours
             assert sorted(env["ASCEND_VISIBLE_DEVICES"].split(",")) == [str(d) for d in range(8)]
             table = agent.exec(pod, "cat", env["RANK_TABLE_FILE"])
@@ -452,3 +456,138 @@ def test_exit_4_restarts_the_job_with_a_new_attempt(agent: AgentBed) -> None:
             check_job(agent, run, pods, 8)
     finally:
         (slow / "kp-exit4_xj-worker-0").unlink(missing_ok=True)
+
+
+def tls_secret(agent: AgentBed, ns: str, name: str, work: Path) -> bytes:
+    """The Secret `manifest --https --tls-secret` names: MindIE's 16 files under the keys the
+    manifest mounts (`TLS_ITEMS`), made by openssl — a CA, a server certificate and key it
+    signed, and a CRL it issued (the CRL paths MindIE's config.json lists). Returns the
+    server certificate (DER), to compare with what the daemon presents."""
+    import base64
+    import ssl
+
+    from ascend_node.jobspec.job import TLS_ITEMS
+    from tests.kube_tls import make_pki
+
+    pki = make_pki(work, "mindie")
+    conf = work / "crl.cnf"
+    (work / "index.txt").write_text("")
+    (work / "crlnumber").write_text("01\n")
+    conf.write_text(f"[ca]\ndefault_ca = d\n[d]\ndatabase = {work}/index.txt\n"
+                    f"crlnumber = {work}/crlnumber\ndefault_md = sha256\n"
+                    "default_crl_days = 2\n")
+    crl = work / "crl.pem"
+    subprocess.run(["openssl", "ca", "-gencrl", "-config", str(conf), "-keyfile",
+                    str(pki.ca.with_suffix(".key")), "-cert", str(pki.ca), "-out", str(crl)],
+                   check=True, capture_output=True)
+
+    def content(rel: str) -> bytes:
+        if rel.endswith("crl.pem"):
+            return crl.read_bytes()
+        if rel.endswith("key.pem"):
+            return pki.key.read_bytes()
+        if rel.endswith("ca.pem"):
+            return pki.ca.read_bytes()
+        return pki.cert.read_bytes()
+
+    agent.kube.create(f"/api/v1/namespaces/{ns}/secrets", {
+        "apiVersion": "v1", "kind": "Secret", "metadata": {"name": name}, "type": "Opaque",
+        "data": {key: base64.b64encode(content(rel)).decode() for key, rel in TLS_ITEMS}})
+    return ssl.PEM_cert_to_DER_cert(pki.cert.read_text())
+
+
+def test_https_with_the_tls_secret_serves_tls_and_turns_ready(agent: AgentBed,
+                                                               tmp_path: Path) -> None:
+    """`--https --tls-secret`: the Secret's 16 files mounted one by one (subPath: regular
+    files, as MindIE requires) where MindIE's config.json points; the agent's MindIE checks
+    pass (owner, mode, no symlink), the daemon serves its management endpoint over TLS with
+    the Secret's certificate, `status --serving` (the probes) asks it over https, and every
+    pod turns Ready after the load, holding the same table."""
+    import ssl
+
+    from ascend_node.handoff.serving import DEFAULT_MANAGEMENT_PORT
+
+    run = JobRun(agent, "kv-https", "hj", "--kind", "mindie", "--nodes", "2", "--https",
+                 "--tls-secret", "mindie-tls")
+    served_cert = tls_secret(agent, "kv-https", "mindie-tls", tmp_path)
+    with run:
+        pods = run.wait_ready(2, timeout=300)
+        print(f"kv-https: apply -> {run.timeline.summary()}")
+        check_job(agent, run, pods, 8)
+        master = pods[0]
+        assert run.daemon_env("hj-master-0")["ASCEND_NODE_HTTPS"] == "1"
+        ip = master["status"]["podIP"]
+        got = agent.exec(master, "python3", "-c",
+                         f"import ssl; print(ssl.get_server_certificate(('{ip}', "
+                         f"{DEFAULT_MANAGEMENT_PORT})))")
+        assert got.returncode == 0, got.stderr
+        assert ssl.PEM_cert_to_DER_cert(got.stdout.strip()) == served_cert
+        plain = agent.exec(master, "python3", "-c",
+                           "import urllib.request as u; "
+                           f"u.urlopen('http://{ip}:{DEFAULT_MANAGEMENT_PORT}/', timeout=5)")
+        assert plain.returncode != 0, "the management port must not answer plain http"
+
+
+TRAINING_IMAGE = "localhost/ascend-node-training:test"
+# msrun, faked as the containers bed fakes it (tests/test_containers.py RECORDER): it records
+# how `boot` started it, then exits 0 like a finished run. Real msrun (MindSpore's) runs in
+# tests/test_launchers_real.py; here the subject is the Job around it. On the claim's
+# .sim/bin, first on PATH (kube_agent_bed.SIM_ENV), with the `python` msrun's workers would
+# run finding an (empty) mindspore, which `boot` checks before exec.
+FAKE_MSRUN = """#!/bin/sh
+# Fake msrun: records how it was started, then exits like a finished training run.
+out={sim}/$(hostname).msrun
+cp "$RANK_TABLE_FILE" "$out.table"
+{{ echo "argv=$*"; env; }} > "$out.tmp" && mv "$out.tmp" "$out"
+"""
+
+
+def test_a_training_job_runs_msrun_on_every_pod_and_completes(agent: AgentBed) -> None:
+    """`--kind training` (msrun): gang-scheduled, every pod's agent builds the same table and
+    execs msrun with the world it computed (the master's IP, this pod's rank), every pod exits
+    0 and Volcano's controller completes the Job."""
+    run = JobRun(agent, "kv-training", "tj", "--kind", "training", "--nodes", "2", "--",
+                 "train.py", "--config", "c.yaml", image=TRAINING_IMAGE)
+    bin_dir = run.claim / SIM_DIR / "bin"
+    (bin_dir / "msrun").write_text(FAKE_MSRUN.format(sim=f"{MODEL_PATH}/{SIM_DIR}"))
+    (bin_dir / "python").write_text(
+        f'#!/bin/sh\nPYTHONPATH={MODEL_PATH}/{SIM_DIR}/site exec python3 "$@"\n')
+    for name in ("msrun", "python"):
+        (bin_dir / name).chmod(0o755)
+    (run.claim / SIM_DIR / "site" / "mindspore").mkdir(parents=True)
+    (run.claim / SIM_DIR / "site" / "mindspore" / "__init__.py").write_text("")
+    with run:
+        def completed() -> dict[str, Any]:
+            st = job_status(agent, run.ns, "tj")
+            phase = st.get("state", {}).get("phase")
+            if phase in ("Failed", "Aborted"):
+                raise AssertionError(f"job {phase}\n{run.describe()}")
+            return st if phase == "Completed" else {}
+        try:
+            status = agent.kube_bed.wait("the training job Completed", completed, 300)
+        except TimeoutError as e:
+            raise AssertionError(f"{e}\n{run.describe()}") from None
+        print(f"kv-training: apply -> {run.timeline.summary()}")
+        assert status.get("succeeded") == 2 and not status.get("retryCount"), status
+        pods = run.pods()
+        assert [p["metadata"]["name"] for p in pods] == ["tj-master-0", "tj-worker-0"]
+        assert all(p["status"]["phase"] == "Succeeded" for p in pods), run.describe()
+        assert len({p["spec"]["nodeName"] for p in pods}) == 2
+        assert min(started_at(p) for p in pods) >= max(scheduled_at(p) for p in pods)
+        ips = [p["status"]["podIP"] for p in pods]
+        tables = set()
+        for rank, pod in enumerate(pods):
+            lines = (run.claim / SIM_DIR / f"{pod['metadata']['name']}.msrun").read_text()
+            env = dict(line.split("=", 1) for line in lines.splitlines() if "=" in line)
+            args = [a for a in env["argv"].split() if not a.startswith("--cluster_time_out=")]
+            assert args == ["--worker_num=16", "--local_worker_num=8",
+                            f"--master_addr={ips[0]}", "--master_port=8118",
+                            f"--node_rank={rank}", "--join=True",
+                            "train.py", "--config", "c.yaml"], env["argv"]
+            assert env["MIES_CONTAINER_IP"] == ips[rank]
+            assert len(env["ASCEND_VISIBLE_DEVICES"].split(",")) == 8
+            tables.add((run.claim / SIM_DIR / f"{pod['metadata']['name']}.msrun.table"
+                        ).read_text())
+        assert len(tables) == 1, "every pod must hold the same table"
+        table = json.loads(tables.pop())
+        assert [s["container_ip"] for s in table["server_list"]] == ips

@@ -83,6 +83,35 @@ def test_the_job_launch_would_create_is_accepted_by_the_api_and_volcano(kube_bed
         kube_bed.purge(ns)
 
 
+def test_a_pd_service_is_launched_as_manifest_renders_it_and_found_by_its_run_id(
+        kube_bed: Bed) -> None:
+    """`launch --kind mindie-pd`: the PD Job `manifest` renders, with the run id's label on
+    the Job and every pod, so the earlier run's PD Job (applied from `manifest`'s output) is
+    found through the API server's label selector; the Job it would create is accepted by
+    the API server and Volcano's webhooks."""
+    ns = kube_bed.namespace("launch-pd")
+    try:
+        shape = ["--kind", "mindie-pd", "--prefill-pods", "2", "--decode-pods", "1",
+                 "--pvc", "model", "--run-id", "pd-run", "--namespace", ns]
+        old_text = cli(kube_bed, "manifest", "--name", "pd-old", *shape, env={}).stdout
+        (old,) = [o for o in kube_bed.apply(ns, old_text) if o["kind"] == "Job"]
+        proc = cli(kube_bed, "launch", "--dry-run", "--name", "pd-new", "--image", "reg/m:1",
+                   *shape, env={})
+        assert proc.returncode == 0, proc.stderr
+        lines = proc.stdout.splitlines()
+        assert lines[0].startswith(f"# would delete job {ns}/pd-old ("), lines[0]
+        assert lines[1] == "# would create if absent: ConfigMap/pd-new-motor"
+        (job,) = kube_bed.apply(ns, proc.stdout)
+        assert job["metadata"]["labels"]["run-id"] == "pd-run"
+        assert {t["name"] for t in job["spec"]["tasks"]} == {
+            "coordinator", "controller", "prefill-0", "decode-0"}
+        assert {t["template"]["metadata"]["labels"]["run-id"]
+                for t in job["spec"]["tasks"]} == {"pd-run"}
+        assert old["metadata"]["labels"]["run-id"] == "pd-run"
+    finally:
+        kube_bed.purge(ns)
+
+
 def test_the_verdict_on_real_volcano_an_exit_5_aborts_and_names_the_pod(kube_bed: Bed) -> None:
     """A training Job as `manifest` renders it, its pods run by the fake nodes as a kubelet
     reports them (tests/test_kube_policies.py's `Kubelets`): one pod fails with exit 5 and the

@@ -21,6 +21,7 @@ from ascend_node.ranktable.build import DeviceEntry, ServerEntry, build_rank_tab
 from ascend_node.ranktable.render import render_rank_table
 from ascend_node.rendezvous.kube_layout import (
     CONFIGMAP_LIMIT,
+    INSTANCE_LABEL,
     JOB_UID_LABEL,
     MAX_TABLE_TEXT,
     PART_BYTES,
@@ -35,9 +36,12 @@ from ascend_node.rendezvous.kube_layout import (
     new_object,
     object_name,
     ownership_problem,
+    pd_names,
     rbac_objects,
     read_document,
     role_rules,
+    service_object_name,
+    slot_selector,
     split_table,
     table_part,
     table_part_object,
@@ -318,3 +322,48 @@ def test_the_identity_comes_through_the_downward_api() -> None:
     pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
            "spec": {"containers": [{"name": "c", "image": "i", "env": identity_env()}]}}
     kubernetes_validate.validate(pod, K8S_VERSIONS[-1], strict=True)
+
+
+# -- a PD service: one rendezvous per instance in one vcjob (issue 38) ---------------------
+
+
+IDENTITY = {"ASCEND_NODE_JOB_NAME": "svc", "ASCEND_NODE_POD_GROUP": f"svc-{UID}"}
+
+
+@pytest.mark.parametrize(("task", "instance"), [
+    ("prefill-0", "prefill-0"), ("decode-12", "decode-12"),
+    ("coordinator", ""), ("controller", ""), ("", ""), ("prefill-01", ""), ("decode", ""),
+])
+def test_a_pd_server_pod_meets_in_its_instances_objects(task: str, instance: str) -> None:
+    job = job_identity({**IDENTITY, "ASCEND_NODE_PD_TASK": task}, "team-a")
+    assert job == JobIdentity("team-a", "svc", UID, instance)
+    assert object_name(job.scope, "attempt") == (
+        f"svc.{instance}-rdzv-attempt" if instance else "svc-rdzv-attempt")
+
+
+def test_an_instances_names_are_never_another_jobs() -> None:
+    """`svc.prefill-0-...` cannot be the names of a vcjob `svc-prefill-0` (no '.' in a vcjob
+    name), and two instances' names never meet."""
+    pd = pd_names("svc", {"prefill-0": 2, "decode-0": 1})
+    plain = set(role_rules("svc-prefill-0", 2)[1].names)
+    assert not plain & set(pd)
+    assert len(pd) == len(set(pd)) == (2 + 2 + 8) + (2 + 1 + 8) + 3
+    assert service_object_name("svc", "coordinator", 1) in pd
+    longest = JobIdentity("n", "j" * 63, UID, "decode-9999").scope
+    assert len(object_name(longest, "table", 7)) <= 253
+
+
+def test_an_instances_object_is_never_read_as_another_instances() -> None:
+    prefill = JobIdentity("team-a", "svc", UID, "prefill-0")
+    decode = JobIdentity("team-a", "svc", UID, "decode-0")
+    plain = JobIdentity("team-a", "svc", UID)
+    obj = new_object(prefill, "node", 1, data={"slot.json": "{}"})
+    assert obj["metadata"]["labels"][INSTANCE_LABEL] == "prefill-0"
+    assert ownership_problem(prefill, obj, "node") is None
+    assert "prefill-0's, not decode-0's" in str(ownership_problem(decode, obj, "node"))
+    assert "not the job's" in str(ownership_problem(plain, obj, "node"))
+    assert "no PD instance's, not prefill-0's" in str(
+        ownership_problem(prefill, new_object(plain, "node", 1), "node"))
+    assert slot_selector(prefill).endswith(f",{INSTANCE_LABEL}=prefill-0")
+    with pytest.raises(ValueError):
+        JobIdentity("team-a", "svc", UID, "coordinator")

@@ -155,3 +155,25 @@ def test_ready_condition_follows_the_containers_and_keeps_pod_scheduled() -> Non
     assert conds["Ready"]["status"] == conds["ContainersReady"]["status"] == "True"
     done = {c["type"]: c for c in ka.conditions([], [], [app], "Failed", True, old)}
     assert done["Ready"]["status"] == "False" and done["Ready"]["reason"] == "PodCompleted"
+
+
+def test_the_kubernetes_service_variables_name_the_api_server_a_pod_can_reach() -> None:
+    """What the kubelet writes from the `kubernetes` Service (envvars.go FromServices), but
+    naming the bridge's gateway and the API server's own port: no kube-proxy routes the
+    ClusterIP on the bed (docs/kube-node-agent.md)."""
+    env = ka.service_env(ka.API_HOST, 6443)
+    assert ka.API_HOST == "10.237.0.1"  # the bridge's gateway: the host, the cert's SAN
+    assert env == {
+        "KUBERNETES_SERVICE_HOST": "10.237.0.1", "KUBERNETES_SERVICE_PORT": "6443",
+        "KUBERNETES_SERVICE_PORT_HTTPS": "6443", "KUBERNETES_PORT": "tcp://10.237.0.1:6443",
+        "KUBERNETES_PORT_6443_TCP": "tcp://10.237.0.1:6443",
+        "KUBERNETES_PORT_6443_TCP_PROTO": "tcp", "KUBERNETES_PORT_6443_TCP_PORT": "6443",
+        "KUBERNETES_PORT_6443_TCP_ADDR": "10.237.0.1"}
+    # and the ascend-node client reads them as a pod's (kube/config.py in_cluster)
+    from ascend_node.kube.config import in_cluster
+
+    sa = ROOT / "tests" / "__sa_missing__"
+    with pytest.raises(Exception) as info:  # no token here: the address was accepted first
+        in_cluster(env, sa)
+    assert "ServiceAccount token" in str(info.value)
+

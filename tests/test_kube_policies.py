@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from ascend_node.manifest import MAX_RETRY
+from ascend_node.jobspec.job import MAX_RETRY
 from tests.kube_bed import Bed, load_scripts
 from tests.test_kube_volcano import bound, gone, submit
 

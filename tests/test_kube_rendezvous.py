@@ -85,11 +85,11 @@ def admin(plane: Plane) -> Client:
 
 
 def grant(plane: Plane, admin: Client, job: str, nodes: int,
-          drop_verb: Optional[str] = None) -> str:
+          drop_verb: Optional[str] = None, instances: Optional[dict[str, int]] = None) -> str:
     """The job's ServiceAccount, Role and RoleBinding as `manifest` renders them (less
-    `drop_verb`, for the missing-verb case); a real token of that ServiceAccount from the
-    TokenRequest API."""
-    objects = rbac_objects(job, NS, nodes)
+    `drop_verb`, for the missing-verb case; a PD service's with `instances`); a real token
+    of that ServiceAccount from the TokenRequest API."""
+    objects = rbac_objects(job, NS, nodes, instances)
     if drop_verb:
         for rule in objects[1]["rules"]:
             rule["verbs"] = [v for v in rule["verbs"] if v != drop_verb]
@@ -299,7 +299,8 @@ def test_an_api_server_stopped_for_the_whole_wait_is_named_and_exit_4(
         assert "retrying until the deadline" in r.stderr  # progress lines say so
 
 
-KUBE_MODULES = ["ascend_node.chain.kube_table", "ascend_node.kube", "ascend_node.kube.client",
+KUBE_MODULES = ["ascend_node.chain.kube_failures", "ascend_node.chain.kube_table",
+                "ascend_node.kube", "ascend_node.kube.client",
                 "ascend_node.kube.config", "ascend_node.kube.errors", "ascend_node.kube.mirror",
                 "ascend_node.kube.resources", "ascend_node.rendezvous.kube_docs",
                 "ascend_node.rendezvous.kube_layout", "ascend_node.rendezvous.kube_participant"]

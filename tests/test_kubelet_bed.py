@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from ascend_node.manifest import ManifestParams, render_job
+from ascend_node.jobspec.job import ManifestParams, render_job
 from tests.kubelet_bed import (
     KubeletError,
     PodPlan,

@@ -7,8 +7,9 @@ from typing import Any, Optional
 
 import pytest
 
+from ascend_node.jobspec.job import ManifestParams, render_job
+from ascend_node.jobspec.skeleton import RUN_ID_LABEL, run_id_label_value
 from ascend_node.launch.earlier_run import pods_left, run_selector, to_delete
-from ascend_node.manifest import RUN_ID_LABEL, ManifestParams, render_job, run_id_label_value
 
 
 def _job(name: str, run_label: Optional[str], uid: str = "u", phase: str = "",

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from ascend_node.errors import ConfigError, UsageError
+from ascend_node.jobspec.job import ManifestParams, render_job
 from ascend_node.launch.platform_env import (
     FormFields,
     Volume,
@@ -16,7 +17,6 @@ from ascend_node.launch.platform_env import (
     parse_volume_mounts,
     read_request,
 )
-from ascend_node.manifest import ManifestParams, render_job
 
 CUBE_ENV = {
     "KFJ_NAMESPACE": "pipeline",

@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 
 from ascend_node.errors import ConfigError
+from ascend_node.jobspec.job import ManifestParams, render_job
 from ascend_node.launch.platform_env import FormFields, PlatformRequest, read_request
 from ascend_node.launch.platform_job import overlay
-from ascend_node.manifest import ManifestParams, render_job
 
 ENV = {
     "KFJ_RUN_ID": "run-1", "KFJ_TASK_NAME": "train", "KFJ_CREATOR": "alice",

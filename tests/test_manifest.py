@@ -1,4 +1,4 @@
-"""Contract tests for the rendered Volcano Job manifests (ascend_node.manifest).
+"""Contract tests for the rendered Volcano Job manifests (ascend_node.jobspec.job).
 
 Every manifest must (a) pass Volcano's own Job CRD schema, made strict the way the API
 server is (unknown fields rejected, int32 ranges), and (b) keep the promises the agent
@@ -22,7 +22,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from ascend_node.errors import ClusterInconsistent, PeerTimeout, UsageError
-from ascend_node.manifest import (
+from ascend_node.jobspec.job import (
     DEFAULT_LOAD_TIMEOUT_S,
     STARTUP_GRACE_S,
     ManifestParams,
@@ -204,6 +204,8 @@ def test_container_identity_env(kind, nodes, rdma) -> None:
         assert env["K8S_HOST_IP"] == {"fieldRef": {"fieldPath": "status.hostIP"}}
         assert env["ASCEND_NODE_JOB_VERSION"] == {
             "fieldRef": {"fieldPath": "metadata.annotations['volcano.sh/job-version']"}}
+        assert env["ASCEND_NODE_JOB_INSTANCE"] == {
+            "fieldRef": {"fieldPath": "metadata.annotations['scheduling.k8s.io/group-name']"}}
         assert env["ASCEND_NODE_RUN_ID"] == "job-42"
         assert env["ASCEND_NODE_TIMEOUT"] == "600"
         assert env["MODEL_PATH"] == "/data/models"

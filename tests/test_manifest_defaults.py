@@ -25,7 +25,7 @@ from ascend_node.handoff.mindie_startup import (
     StartupFacts,
     startup_problems,
 )
-from ascend_node.manifest import (
+from ascend_node.jobspec.job import (
     TLS_HOME,
     TLS_ITEMS,
     ManifestParams,
@@ -380,7 +380,7 @@ def test_every_container_that_runs_the_agent_mounts_the_host_s_npu_smi(variant: 
     # doctor's npu.processes had nothing to ask. MindIE's/vllm-ascend's container
     # instructions bind npu-smi, /usr/local/dcmi and /etc/ascend_install.info.
     if variant == "pd":
-        from ascend_node.manifest_pd import PdShape, render_pd_job
+        from ascend_node.jobspec.pd_job import PdShape, render_pd_job
 
         doc = render_pd_job(ManifestParams(kind="mindie", name="j", nodes=1, image="img",
                                            pvc="pvc", run_id="r1"), PdShape())

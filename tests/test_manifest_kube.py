@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from ascend_node.errors import UsageError
-from ascend_node.manifest import ManifestParams, render_job, render_rbac, render_yaml
+from ascend_node.jobspec.job import ManifestParams, render_job, render_rbac, render_yaml
 from ascend_node.rendezvous.kube_docs import first_denied, needed_calls
 from ascend_node.rendezvous.kube_layout import identity_env
 
@@ -86,4 +86,61 @@ def test_the_command_line_renders_a_list_with_the_rbac_objects() -> None:
         [sys.executable, "-m", "ascend_node", "manifest", "--kind", "mindie-pd",
          "--rendezvous", "kube", "--namespace", "team-a"], capture_output=True, text=True,
         timeout=60)
-    assert refused.returncode == 2 and "not rendered yet" in refused.stderr
+    # a PD service through the API is rendered (below); without weights it is refused
+    assert refused.returncode == 2 and "MindIE needs its weights" in refused.stderr
+
+
+# ------------------------------------------------------------------ a PD service (issue 38)
+
+def test_a_pd_service_through_the_api_renders_its_role_and_no_pvc() -> None:
+    """`manifest --kind mindie-pd --rendezvous kube`: the Role names every instance's
+    objects and the service pods' (each pod's own calls pass the agent's check), every pod
+    runs under the ServiceAccount with the job's identity, no PVC, and the controller reads
+    the global table from the state directory its table writer shares with it."""
+    from ascend_node.jobspec.pd_job import (
+        PdShape,
+        render_pd_configmap,
+        render_pd_job,
+        render_pd_rbac,
+    )
+    from ascend_node.rendezvous.kube_layout import JobIdentity, service_object_name
+
+    shape = PdShape(2, 1, 2, 1)
+    p = ManifestParams(kind="mindie", name="svc", nodes=2, image="img", pvc=None,
+                       run_id="svc", namespace="team-a", rendezvous="kube",
+                       model_dir="/models/x")
+    rbac = render_pd_rbac(p, shape)
+    assert [o["kind"] for o in rbac] == ["ServiceAccount", "Role", "RoleBinding"]
+    for obj in rbac:
+        kubernetes_validate.validate(obj, kubernetes_validate.latest_version(), strict=True)
+    rules = rbac[1]["rules"]
+    for task, pods in shape.tasks():
+        scope = JobIdentity("team-a", "svc", "", task).scope
+        for index in range(pods):
+            assert first_denied(rules, needed_calls(scope, index, pods)) is None, (task, index)
+    named = [n for r in rules for n in r.get("resourceNames", [])]
+    assert service_object_name("svc", "coordinator", 0) in named
+    assert service_object_name("svc", "controller", 0) in named
+    assert not any(n.startswith("svc-rdzv-") for n in named)  # no plain job's objects
+    job = render_pd_job(p, shape)
+    for spec in pod_specs(job):
+        assert spec["serviceAccountName"] == "svc-ascend-node"
+        assert not any("persistentVolumeClaim" in v for v in spec["volumes"])
+        for c in spec.get("initContainers", []) + spec["containers"]:
+            env = c["env"]
+            assert {"name": "ASCEND_NODE_RENDEZVOUS", "value": "kube"} in env, c["name"]
+            assert all(e in env for e in identity_env())
+            assert "MODEL_PATH" not in [e["name"] for e in env]
+    controller = json.loads(render_pd_configmap(p, shape)["data"]["ms_controller.json"])
+    assert controller["global_rank_table_file_path"] == \
+        "/run/ascend-node/pd/global_ranktable.json"
+
+
+def test_a_pd_service_through_the_api_is_rendered_by_the_cli() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "ascend_node", "manifest", "--kind", "mindie-pd", "--name",
+         "svc", "--image", "img", "--model-dir", "/models/x", "--rendezvous", "kube",
+         "--namespace", "team-a"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    kinds = [d["kind"] for d in yaml.safe_load_all(done.stdout)]
+    assert kinds == ["ServiceAccount", "Role", "RoleBinding", "ConfigMap", "Job"]

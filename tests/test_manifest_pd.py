@@ -22,8 +22,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ascend_node.errors import UsageError
-from ascend_node.manifest import ManifestParams, to_yaml
-from ascend_node.manifest_pd import (
+from ascend_node.jobspec.job import ManifestParams, to_yaml
+from ascend_node.jobspec.pd_job import (
     MOTOR_MOUNT,
     PdShape,
     configmap_name,

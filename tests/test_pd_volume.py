@@ -198,3 +198,18 @@ def test_a_restarted_coordinator_or_controller_is_rewritten_into_its_group(
     assert [s["server_id"] for s in after[group]["server_list"]] == ["192.168.7.7"]
     assert {k: v for k, v in after.items() if k != group} == \
         {k: v for k, v in before.items() if k != group}
+
+
+def test_a_global_table_path_that_cannot_be_written_is_one_line_not_a_traceback(
+        tmp_path: Path) -> None:
+    """`pd-table --rendezvous kube` writes into a state directory nothing made before (its
+    directory is made); a path under a file cannot be, and says so (exit 1)."""
+    from ascend_node.pd.files import write_global_table
+
+    doc = {"version": "1.0", "status": "completed", "server_group_list": []}
+    made = tmp_path / "state" / "pd" / "global_ranktable.json"
+    write_global_table(made, doc)
+    assert json.loads(made.read_text())["status"] == "completed"
+    (tmp_path / "file").write_text("")
+    with pytest.raises(ConfigError, match="cannot write the global rank table"):
+        write_global_table(tmp_path / "file" / "pd" / "global_ranktable.json", doc)

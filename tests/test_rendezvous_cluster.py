@@ -518,6 +518,27 @@ def test_a_job_re_deployed_with_another_node_count_builds_a_new_table(tmp_path, 
         n.env["K8S_POD_IP"] for n in nodes]
 
 
+def test_a_job_re_deployed_at_the_same_size_after_a_restart_builds_a_new_table(tmp_path):
+    """A Job restarted once (Volcano v1.10.0 bumps its version to 2) and then deleted and
+    applied again under the same name: the new Job's pods are at version 0 and carry a new
+    pod group (`<name>-<uid>`). Node 0 must open a new attempt for them; before the fix it
+    called itself a leftover of the earlier start and exited 1."""
+    shared = tmp_path / "shared"
+    first = make_nodes(tmp_path / "first", 2, devices=2, timeout=SAFETY_NET, shared=shared,
+                       ASCEND_NODE_JOB_VERSION="2", ASCEND_NODE_JOB_INSTANCE="t-1111")
+    assert codes(run(first)) == [0, 0]
+    old = json.loads((shared / ".ascend-node" / "t" / "attempt.json").read_text())
+    assert old["job_instance"] == "t-1111"
+    nodes = make_nodes(tmp_path / "second", 2, devices=2, timeout=60, shared=shared,
+                       ASCEND_NODE_JOB_VERSION="0", ASCEND_NODE_JOB_INSTANCE="t-2222")
+    results = run(nodes)
+    assert codes(results) == [0, 0], explain(results)
+    new = json.loads((shared / ".ascend-node" / "t" / "attempt.json").read_text())
+    assert new["attempt_id"] != old["attempt_id"] and new["job_instance"] == "t-2222"
+    assert "earlier Volcano Job of this name (pod group t-1111)" in new["reason"]
+    assert {table_of(r) for r in results} == {(shared / "ranktable-t.json").read_bytes()}
+
+
 # ------------------------------------------------------------------ failures before discovery
 
 

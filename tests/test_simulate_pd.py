@@ -23,8 +23,8 @@ from typing import Any
 import pytest
 
 from ascend_node.errors import UsageError
-from ascend_node.manifest import ManifestParams
-from ascend_node.manifest_pd import PdShape, render_pd_configmap
+from ascend_node.jobspec.job import ManifestParams
+from ascend_node.jobspec.pd_job import PdShape, render_pd_configmap
 from ascend_node.pd.motor_rules import check_global_table, flags_from_controller_config
 from ascend_node.pd.service import global_table_path
 from ascend_node.sim.pd_options import build_pd_spec

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from ascend_node.manifest import MAX_RETRY, ManifestParams, render_job
+from ascend_node.jobspec.job import MAX_RETRY, ManifestParams, render_job
 from tests.volcano_model import JobRun, PodEvent, apply_policies, request_for
 
 

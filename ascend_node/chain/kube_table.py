@@ -176,6 +176,6 @@ def ranktable_through_api(
     log.info("rank table ready (attempt %s, %d servers, world size %s) in %.2f s",
              outcome.attempt_id, len(table["server_list"]), env["WORLD_SIZE"], seconds)
     # Where the shared copy is: the first part's path in the API (`ranktable --json`).
-    shared = Path(CONFIGMAPS.path(job.namespace, object_name(job.name, "table", 0)))
+    shared = Path(CONFIGMAPS.path(job.namespace, object_name(job.scope, "table", 0)))
     return TableResult(found, run_id, outcome.attempt_id, table, outcome.ranktable_text, env,
                        shared, seconds, started, preflight, cluster, None, on_volume=False)

@@ -28,6 +28,7 @@ from ascend_node.cli.options import (
     HccnTool,
     Json,
     RendezvousKeyFile,
+    RendezvousOpt,
     RunId,
     SharedDir,
     StateDir,
@@ -127,6 +128,27 @@ def validate(
             raise typer.Exit(1)
 
 
+KubeJob = Annotated[Optional[str], typer.Option(
+    "--job", help="With --rendezvous kube: the vcjob whose rendezvous objects to act on",
+    show_default=False)]
+Kubeconfig = Annotated[Optional[str], typer.Option(
+    "--kubeconfig", help="With --rendezvous kube: the operator's kubeconfig (default: "
+    "KUBECONFIG or ~/.kube/config)", show_default=False)]
+KubeContext = Annotated[Optional[str], typer.Option(
+    "--context", help="Kubeconfig context", show_default=False)]
+KubeNamespace = Annotated[Optional[str], typer.Option(
+    "--namespace", help="The job's namespace (default: the context's)", show_default=False)]
+
+
+def _operator_client(kubeconfig: Optional[str], context: Optional[str],
+                     namespace: Optional[str]) -> Any:
+    """The operator's API client from a kubeconfig (outside the cluster)."""
+    from ascend_node.kube.client import Client
+    from ascend_node.kube.config import from_kubeconfig
+
+    return Client(from_kubeconfig(kubeconfig, os.environ, context, namespace))
+
+
 @app.command(rich_help_panel=FOR_THE_OPERATOR)
 def doctor(
     peers: Annotated[bool, typer.Option("--peers", help="Also compare with the run's peers "
@@ -139,14 +161,34 @@ def doctor(
     devices: Devices = None, hccn_tool: HccnTool = None, table_version: TableVersion = None,
     table_source: TableSource = None, hccl_json: HcclJson = None,
     rendezvous_key_file: RendezvousKeyFile = None,
+    rendezvous: RendezvousOpt = None, job: KubeJob = None, kubeconfig: Kubeconfig = None,
+    context: KubeContext = None, namespace: KubeNamespace = None,
     json_out: Json = False, verbose: Verbose = False, debug: Debug = False,
 ) -> None:
-    """Read-only health checks of this node and, with --peers, of the cluster.
+    """Read-only health checks of this node and, with --peers, of the cluster; with
+    --rendezvous kube --job J, of that job's Role, binding and objects in the API (the
+    operator's kubeconfig).
 
     Exit 0 healthy, 3 degraded (warnings), 1 failed.
     """
     logs.setup(verbose, debug_on(debug))
     with exit_codes(debug_on(debug)):
+        if job is not None:
+            from ascend_node.doctor.kube_job import job_checks
+            from ascend_node.doctor.report import DoctorReport
+            from ascend_node.errors import UsageError
+
+            if rendezvous != "kube":
+                raise UsageError("--job checks a job's rendezvous through the API",
+                                 "use it with --rendezvous kube")
+            client = _operator_client(kubeconfig, context, namespace)
+            report_ = DoctorReport(f"vcjob {job} in namespace {client.namespace}",
+                                   tuple(job_checks(client, job, run_id)))
+            if json_out:
+                emit(report_.to_json())
+            else:
+                out(report_.format_text())
+            raise typer.Exit(report_.exit_code)
         from ascend_node.doctor import run_doctor
 
         settings = settings_from(verbose, **option_flags(locals()))
@@ -205,19 +247,48 @@ def report(
             out(text)
 
 
+def _clean_through_api(job: Optional[str], yes: bool, kubeconfig: Optional[str],
+                       context: Optional[str], namespace: Optional[str]) -> None:
+    from ascend_node.errors import UsageError
+    from ascend_node.rendezvous.kube_cleanup import clean_job, rendezvous_objects
+
+    if not job:
+        raise UsageError("clean --rendezvous kube needs --job: the vcjob whose rendezvous "
+                         "objects to remove", "e.g. clean --rendezvous kube --job llama "
+                         "--namespace team-a")
+    client = _operator_client(kubeconfig, context, namespace)
+    where = f"job {job}'s rendezvous objects in namespace {client.namespace}"
+    if not yes:
+        if not sys.stdin.isatty():
+            raise UsageError(f"clean would remove {where}, and there is no terminal to ask: "
+                             "nothing removed", "pass --yes to remove them without asking")
+        names = rendezvous_objects(client, job)
+        if not typer.confirm(f"remove {len(names)} of {where}?"):
+            print("ascend-node: nothing removed", file=sys.stderr)
+            raise typer.Exit(1)
+    for line in clean_job(client, job):
+        out(line)
+
+
 @app.command(rich_help_panel=FOR_THE_OPERATOR)
 def clean(
     shared_dir: SharedDir = None, run_id: RunId = None,
     yes: Annotated[bool, typer.Option(
         "--yes", "-y", help="Remove without asking (needed when stdin is not a terminal)")
     ] = False,
+    rendezvous: RendezvousOpt = None, job: KubeJob = None, kubeconfig: Kubeconfig = None,
+    context: KubeContext = None, namespace: KubeNamespace = None,
     debug: Debug = False,
 ) -> None:
-    """Remove this run's rendezvous state (and shared table) from the shared volume.
+    """Remove this run's rendezvous state (and shared table) from the shared volume, or with
+    --rendezvous kube a job's rendezvous objects from the API (the operator's kubeconfig).
 
     Asks on a terminal; without one it removes nothing unless given --yes (exit 2).
     """
     with exit_codes(debug_on(debug)):
+        if settings_from(False, rendezvous=rendezvous).rendezvous == "kube":
+            _clean_through_api(job, yes, kubeconfig, context, namespace)
+            return
         from ascend_node.chain.table import require_rendezvous_settings
         from ascend_node.errors import UsageError
         from ascend_node.rendezvous.cleanup import clean_run

@@ -22,6 +22,34 @@ from ascend_node.cli.app import (
     on_sigterm,
     out,
 )
+from ascend_node.cli.job_options import (
+    A3,
+    BindCore,
+    Decode,
+    DecodePods,
+    Https,
+    InitContainer,
+    InitImage,
+    Launcher,
+    LoadTimeout,
+    MasterPort,
+    ModelDir,
+    ModelName,
+    ModelPath,
+    ModelPvc,
+    MsrunLogDir,
+    Nodes,
+    NoDriverMounts,
+    NpusPerNode,
+    Prefill,
+    PrefillPods,
+    Queue,
+    RendezvousKey,
+    RendezvousKeySecret,
+    RunAsUser,
+    TlsSecret,
+    fresh_key,
+)
 from ascend_node.cli.options import (
     Debug,
     Json,
@@ -85,6 +113,16 @@ def simulate(
         "--prefill-pods", min=1, max=16, help="With --pd: pods per prefill instance")] = 2,
     decode_pods: Annotated[int, typer.Option(
         "--decode-pods", min=1, max=16, help="With --pd: pods per decode instance")] = 1,
+    rendezvous: Annotated[str, typer.Option(
+        "--rendezvous", metavar="volume|kube",
+        help="volume: the nodes meet in a shared directory; kube: through the API server of "
+        "--kubeconfig, as a job of its own in its namespace (docs/simulate.md)")] = "volume",
+    kubeconfig: Annotated[Optional[str], typer.Option(
+        "--kubeconfig", help="With --rendezvous kube: the cluster (default: $KUBECONFIG, "
+        "else ~/.kube/config)", show_default=False)] = None,
+    namespace: Annotated[Optional[str], typer.Option(
+        "--namespace", help="With --rendezvous kube: the namespace (default: the "
+        "kubeconfig context's)", show_default=False)] = None,
     json_out: Json = False, debug: Debug = False,
 ) -> None:
     """Run the real agent as N local processes with fake NPUs; one line per server.
@@ -97,6 +135,11 @@ def simulate(
         signal.signal(signal.SIGTERM, on_sigterm)  # stop the nodes, remove the workspace
         given = {name for name in ctx.params
                  if getattr(ctx.get_parameter_source(name), "name", "") == "COMMANDLINE"}
+        if rendezvous == "kube" and (pd or given & set(PD_ONLY)):
+            from ascend_node.errors import UsageError
+
+            raise UsageError("--pd is not with --rendezvous kube yet: a PD service meets "
+                              "on the shared volume", "leave --rendezvous kube out")
         if pd or given & set(PD_ONLY):
             from ascend_node.sim.pd_options import build_pd_spec
 
@@ -116,6 +159,8 @@ def simulate(
                           run_id=run_id, boot=boot_chain, absent=absent,
                           bad_devices=bad_device or [])
         check_paths(shared_dir, table_out)
+        endpoint = _kube_endpoint(rendezvous, given, kubeconfig, namespace, shared_dir,
+                                  timeline)
         drawn: tuple[Optional[dict[str, Any]], str] = (None, "")
 
         def draw(done: Any) -> None:  # before the workspace (and its volume) is removed
@@ -125,7 +170,7 @@ def simulate(
             drawn = sim_timeline(done.shared_dir, spec.run_id)
 
         report = run_simulation(spec, shared_dir, keep,
-                                before_cleanup=draw if timeline else None)
+                                before_cleanup=draw if timeline else None, kube=endpoint)
         if table_out is not None:
             write_table(report, table_out)
         if json_out:
@@ -142,6 +187,35 @@ def simulate(
 
 
 PD_ONLY = ("prefill", "decode", "prefill_pods", "decode_pods")  # need --pd
+KUBE_ONLY = ("kubeconfig", "namespace")  # need --rendezvous kube
+
+
+def _kube_endpoint(rendezvous: str, given: set[str], kubeconfig: Optional[str],
+                   namespace: Optional[str], shared_dir: Optional[Path], timeline: bool
+                   ) -> Any:
+    """`--rendezvous kube`: the operator's API server from the kubeconfig; None for the
+    volume (the default, which needs nothing). What does not go with the choice: exit 2."""
+    import os
+
+    from ascend_node.errors import UsageError
+
+    if rendezvous not in ("volume", "kube"):
+        raise UsageError(f"--rendezvous {rendezvous!r} is not one of volume, kube",
+                          "volume (a shared directory, the default) or kube (the API server)")
+    if rendezvous == "volume":
+        extra = sorted(given & set(KUBE_ONLY))
+        if extra:
+            raise UsageError(f"--{extra[0]} needs --rendezvous kube",
+                              "add --rendezvous kube, or leave it out")
+        return None
+    for flag, on in (("--shared-dir", shared_dir is not None), ("--report", timeline)):
+        if on:
+            raise UsageError(f"{flag} is not with --rendezvous kube: the nodes meet through "
+                              "the API server, not in a shared directory",
+                              f"leave {flag} out, or use --rendezvous volume")
+    from ascend_node.kube.config import from_kubeconfig
+
+    return from_kubeconfig(kubeconfig, os.environ, namespace=namespace)
 
 
 def _simulate_pd(spec: Any, shared_dir: Optional[Path], keep: Optional[bool],
@@ -169,29 +243,11 @@ def manifest(
                                       help="mindie, mindie-pd (a PD-disaggregated service: "
                                       "docs/pd.md) or training")] = "mindie",
     name: Annotated[str, typer.Option("--name", help="Volcano Job name")] = "mindie",
-    nodes: Annotated[Optional[int], typer.Option(
-        "--nodes",
-        parser=integer("--nodes", "2"), metavar="INTEGER",
-        help="Pods (one per server) (2; not with --kind mindie-pd)",
-        show_default=False)] = None,
-    prefill: Annotated[Optional[int], typer.Option(
-        "--prefill",
-        parser=integer("--prefill", "1"), metavar="INTEGER",
-        help="mindie-pd: prefill instances (1)", show_default=False)] = None,
-    decode: Annotated[Optional[int], typer.Option(
-        "--decode",
-        parser=integer("--decode", "1"), metavar="INTEGER",
-        help="mindie-pd: decode instances (1)", show_default=False)] = None,
-    prefill_pods: Annotated[Optional[int], typer.Option(
-        "--prefill-pods",
-        parser=integer("--prefill-pods", "2"), metavar="INTEGER",
-        help="mindie-pd: pods per prefill instance (2)",
-        show_default=False)] = None,
-    decode_pods: Annotated[Optional[int], typer.Option(
-        "--decode-pods",
-        parser=integer("--decode-pods", "1"), metavar="INTEGER",
-        help="mindie-pd: pods per decode instance (1)",
-        show_default=False)] = None,
+    nodes: Nodes = None,
+    prefill: Prefill = None,
+    decode: Decode = None,
+    prefill_pods: PrefillPods = None,
+    decode_pods: DecodePods = None,
     image: Annotated[str, typer.Option("--image", help="Container image with ascend-node")
                      ] = "mindie:latest",
     pvc: Annotated[Optional[str], typer.Option(
@@ -204,83 +260,37 @@ def manifest(
         "--namespace; no PVC)")] = "volume",
     run_id: Annotated[Optional[str], typer.Option(
         "--run-id", help="Run id (default: the job name)", show_default=False)] = None,
-    npus_per_node: Annotated[Optional[int], typer.Option(
-        "--npus-per-node",
-        parser=integer("--npus-per-node", "8"), metavar="INTEGER",
-        help="NPUs per pod, 1-16 (8; 16 with --a3)", show_default=False)
-    ] = None,
-    a3: Annotated[bool, typer.Option(
-        "--a3", help="Atlas 900 A3 SuperPoD: 16 NPUs per pod, super-pod node selector")
-    ] = False,
-    model_path: Annotated[str, typer.Option("--model-path", help="Mount path of the PVC")
-                          ] = "/mnt/model",
+    npus_per_node: NpusPerNode = None,
+    a3: A3 = False,
+    model_path: ModelPath = "/mnt/model",
     namespace: Annotated[Optional[str], typer.Option(
         "--namespace", help="Kubernetes namespace of the Job (omitted: the current one of kubectl)",
         show_default=False)] = None,
     rdma_resource: Annotated[Optional[str], typer.Option(
         "--rdma-resource", help="e.g. rdma/hca (adds IPC_LOCK)", show_default=False)] = None,
-    queue: Annotated[str, typer.Option("--queue", help="Volcano queue of the Job")
-                     ] = "default",
+    queue: Queue = "default",
     timeout: Annotated[int, typer.Option(
         "--timeout",
         parser=integer("--timeout", "900"), metavar="INTEGER",
         help="Agent's peer timeout in seconds, 1-604800")] = 900,
     npu_resource: Annotated[str, typer.Option(
         "--npu-resource", help="Extended resource name of the NPUs")] = "huawei.com/Ascend910",
-    no_driver_mounts: Annotated[bool, typer.Option(
-        "--no-driver-mounts", help="Do not mount the host's driver, /etc/hccn.conf, npu-smi, "
-        "/usr/local/dcmi, /etc/ascend_install.info (the runtime provides them)")] = False,
-    rendezvous_key: Annotated[bool, typer.Option(
-        "--rendezvous-key", help="Also render a Secret <name>-rendezvous-key holding a fresh "
-        "random key, mounted in every pod: rendezvous documents are then signed")] = False,
-    rendezvous_key_secret: Annotated[Optional[str], typer.Option(
-        "--rendezvous-key-secret", help="Mount this existing Secret (item `key`) as the "
-        "job's rendezvous key", show_default=False)] = None,
-    https: Annotated[Optional[bool], typer.Option(
-        "--https/--no-https", help="MindIE serves https, with the certificates of "
-        "--tls-secret, or plain http (default: --no-https, for a cluster-internal Service)",
-        show_default=False)] = None,
-    load_timeout: Annotated[Optional[int], typer.Option(
-        "--load-timeout",
-        parser=integer("--load-timeout", "7200"), metavar="INTEGER",
-        help="Seconds MindIE may load its weights after exec before the "
-        "startup probe gives up (7200)", show_default=False)] = None,
-    tls_secret: Annotated[Optional[str], typer.Option(
-        "--tls-secret", help="With --https: the Secret holding MindIE's 16 certificate files, "
-        "mounted where MindIE looks for them (docs/deploy.md)", show_default=False)] = None,
-    model_dir: Annotated[Optional[str], typer.Option(
-        "--model-dir", help="MindIE's modelWeightPath: a directory under --model-path, or "
-        "where --model-pvc is mounted (default: --model-path)", show_default=False)] = None,
-    model_pvc: Annotated[Optional[str], typer.Option(
-        "--model-pvc", help="A claim holding the weights, mounted read-only at --model-dir",
-        show_default=False)] = None,
-    model_name: Annotated[Optional[str], typer.Option(
-        "--model-name", help="MindIE's modelName (default: the image's config.json)",
-        show_default=False)] = None,
-    run_as_user: Annotated[Optional[int], typer.Option(
-        "--run-as-user",
-        parser=integer("--run-as-user", "1001"), metavar="INTEGER",
-        help="Run the pods as this uid (and gid): securityContext, fsGroup "
-        "and a state emptyDir (MindIE's images: 1001)", show_default=False)] = None,
-    launcher: Annotated[Optional[str], typer.Option(
-        "--launcher", help="Training: msrun (default) or torch; `boot` runs it",
-        show_default=False)] = None,
-    master_port: Annotated[Optional[int], typer.Option(
-        "--master-port",
-        parser=integer("--master-port", "8118"), metavar="INTEGER",
-        help="Training: the launcher's port (msrun 8118, torchrun 29500)",
-        show_default=False)] = None,
-    msrun_log_dir: Annotated[Optional[str], typer.Option(
-        "--msrun-log-dir", help="Training with msrun: its --log_dir", show_default=False)
-    ] = None,
-    bind_core: Annotated[bool, typer.Option(
-        "--bind-core", help="Training with msrun: --bind_core=True")] = False,
-    init_container: Annotated[bool, typer.Option(
-        "--init-container", help="MindIE: `ascend-node ranktable` in an init container, the "
-        "server image runs unchanged (images/README.md)")] = False,
-    init_image: Annotated[Optional[str], typer.Option(
-        "--init-image", help="With --init-container: the agent's image (default: --image)",
-        show_default=False)] = None,
+    no_driver_mounts: NoDriverMounts = False,
+    rendezvous_key: RendezvousKey = False,
+    rendezvous_key_secret: RendezvousKeySecret = None,
+    https: Https = None,
+    load_timeout: LoadTimeout = None,
+    tls_secret: TlsSecret = None,
+    model_dir: ModelDir = None,
+    model_pvc: ModelPvc = None,
+    model_name: ModelName = None,
+    run_as_user: RunAsUser = None,
+    launcher: Launcher = None,
+    master_port: MasterPort = None,
+    msrun_log_dir: MsrunLogDir = None,
+    bind_core: BindCore = False,
+    init_container: InitContainer = False,
+    init_image: InitImage = None,
     launcher_rbac: Annotated[Optional[str], typer.Option(
         "--launcher-rbac", metavar="NAME", help="Render only the ServiceAccount NAME, Role and "
         "RoleBinding `ascend-node launch` needs in --namespace (docs/launch.md), no Job",
@@ -290,21 +300,15 @@ def manifest(
     """Render a Volcano Job for MindIE multi-node or training (command after `--`)."""
     with exit_codes(debug_on(debug)):
         from ascend_node.errors import UsageError
-        from ascend_node.manifest import (
-            ManifestParams,
-            render_job,
-            render_key_secret,
-            render_rbac,
-            render_yaml,
-            to_yaml,
-        )
+        from ascend_node.jobspec.job import to_yaml
+        from ascend_node.jobspec.request import KINDS, JobRequest, render, request_options
 
-        if kind not in ("mindie", "mindie-pd", "training"):
+        if kind not in KINDS:
             raise UsageError(f"--kind {kind!r} is not one of mindie, mindie-pd, training",
                              "use --kind mindie, --kind mindie-pd or --kind training")
         if launcher_rbac is not None:
-            from ascend_node.launcher_rbac import launcher_rbac as launcher_objects
-            from ascend_node.manifest import valid_name
+            from ascend_node.jobspec.job import valid_name
+            from ascend_node.jobspec.launcher_rbac import launcher_rbac as launcher_objects
 
             if namespace is None:
                 raise UsageError("--launcher-rbac needs --namespace",
@@ -319,83 +323,13 @@ def manifest(
             else:
                 out("\n---\n".join(to_yaml(o).rstrip("\n") for o in objs))
             return
-        pd = kind == "mindie-pd"
-        shape_flags = {"--prefill": prefill, "--decode": decode,
-                       "--prefill-pods": prefill_pods, "--decode-pods": decode_pods}
-        if pd and nodes is not None:
-            raise UsageError("--nodes with --kind mindie-pd: a PD service's pods are its "
-                             "instances'", "give --prefill/--decode and --prefill-pods/"
-                             "--decode-pods (docs/pd.md)")
-        given = [flag for flag, value in shape_flags.items() if value is not None]
-        if not pd and given:
-            raise UsageError(f"{given[0]} is for --kind mindie-pd",
-                             "leave it out, or render a PD service with --kind mindie-pd")
-        if rendezvous_key and rendezvous_key_secret:
-            raise UsageError("--rendezvous-key and --rendezvous-key-secret both given",
-                             "render a new Secret, or name an existing one, not both")
-        key_secret = (f"{name}-rendezvous-key" if rendezvous_key
-                      else rendezvous_key_secret)
-        if pd and rendezvous != "volume":
-            raise UsageError("--kind mindie-pd with --rendezvous kube is not rendered yet: "
-                             "the PD service's global table lives on the shared PVC",
-                             "use --rendezvous volume for a PD service")
-        if pd:
-            from ascend_node.manifest_pd import PdShape, check_shape
-
-            shape = PdShape(**{k: v for k, v in zip(
-                ("prefill", "decode", "prefill_pods", "decode_pods"), shape_flags.values())
-                if v is not None})
-            check_shape(shape, name)  # before the instance's size reaches ManifestParams
-            note = shape.roles_note()
-            if note is not None:
-                print(f"ascend-node: warning: {note}", file=sys.stderr, flush=True)
-        params = ManifestParams(
-            kind="mindie" if pd else kind,  # type: ignore[arg-type]
-            name=name, nodes=(max(shape.prefill_pods, shape.decode_pods) if pd
-                              else 2 if nodes is None else nodes),
-            image=image, pvc=pvc if pvc is not None or rendezvous == "kube" else "model",
-            run_id=run_id or name, rendezvous=rendezvous,
-            npus_per_node=(16 if a3 else 8) if npus_per_node is None else npus_per_node,
-            model_path=model_path,
-            namespace=namespace,
-            rdma_resource=rdma_resource, queue=queue, timeout=timeout,
-            command=list(ctx.args) or None, npu_resource=npu_resource,
-            mount_driver=not no_driver_mounts, a3=a3, rendezvous_key_secret=key_secret,
-            https=https, load_timeout=load_timeout, tls_secret=tls_secret, model_dir=model_dir,
-            model_pvc=model_pvc, model_name=model_name, run_as_user=run_as_user, launcher=launcher,
-            master_port=master_port, msrun_log_dir=msrun_log_dir, bind_core=bind_core,
-            init_container=init_container, init_image=init_image,
-        )
-        secret = None
-        if rendezvous_key:
-            import secrets as random_source
-
-            secret = render_key_secret(params, random_source.token_hex(32))
-        if pd:
-            from ascend_node.manifest_pd import render_pd_configmap, render_pd_job, render_pd_yaml
-
-            job = render_pd_job(params, shape)
-            configmap = render_pd_configmap(params, shape)
-            if json_out:
-                items = [configmap, job] if secret is None else [secret, configmap, job]
-                out(json.dumps({"apiVersion": "v1", "kind": "List", "items": items}, indent=2))
-                return
-            if secret is not None:
-                out("# the job's rendezvous key (docs/rendezvous.md)\n"
-                    + to_yaml(secret) + "---")
-            out(render_pd_yaml(params, shape), end="")
-            return
-        if json_out:
-            doc = render_job(params)
-            extra = ([] if secret is None else [secret]) + render_rbac(params)
-            out(json.dumps(doc if not extra else
-                             {"apiVersion": "v1", "kind": "List", "items": [*extra, doc]},
-                             indent=2))
-        else:
-            if secret is not None:
-                out("# the job's rendezvous key (docs/rendezvous.md)\n"
-                    + to_yaml(secret) + "---")
-            out(render_yaml(params), end="")
+        given = locals()
+        rendered = render(JobRequest(**{k: given[k] for k in request_options()},
+                                     command=tuple(ctx.args) or None),
+                          fresh_key() if rendezvous_key else None)
+        if rendered.note is not None:
+            print(f"ascend-node: warning: {rendered.note}", file=sys.stderr, flush=True)
+        out(rendered.json_text() if json_out else rendered.yaml_text(), end="")
 
 
 @app.command(rich_help_panel=OFFLINE)

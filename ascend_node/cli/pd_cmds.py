@@ -6,7 +6,7 @@ No `from __future__ import annotations` here (see `app`).
 import os
 import signal
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
@@ -26,6 +26,7 @@ from ascend_node.cli.options import (
     Debug,
     FileOwner,
     RendezvousKeyFile,
+    RendezvousOpt,
     RunId,
     SharedDir,
     Timeout,
@@ -33,10 +34,30 @@ from ascend_node.cli.options import (
 )
 
 
+def _through_api(run_id: Optional[str]) -> Any:
+    """(client, the vcjob, the service's run id) for `--rendezvous kube`: the pod's
+    ServiceAccount and Volcano's annotations (chain.kube_table, kube_layout)."""
+    from ascend_node.chain.kube_table import api_client
+    from ascend_node.rendezvous.kube_layout import job_identity
+
+    client = api_client(os.environ)
+    job = job_identity(os.environ, client.namespace)
+    return client, job, run_id or job.name
+
+
+def _api_table_path(out: Optional[Path], state_dir: Path) -> Path:
+    """Where the global table is written through the API, in the controller's own pod:
+    `--out`, else `<state dir>/pd/global_ranktable.json` (the sidecar and the controller
+    share the state directory's emptyDir; no shared volume)."""
+    from ascend_node.pd.service import GLOBAL_TABLE_NAME
+
+    return out or state_dir / "pd" / GLOBAL_TABLE_NAME
+
+
 @app.command("pd-announce", rich_help_panel=IN_THE_POD)
 def pd_announce(
     shared_dir: SharedDir = None, run_id: RunId = None,
-    rendezvous_key_file: RendezvousKeyFile = None,
+    rendezvous_key_file: RendezvousKeyFile = None, rendezvous: RendezvousOpt = None,
     verbose: Verbose = False, debug: Debug = False,
 ) -> None:
     """Publish this coordinator's (or controller's) addresses for the PD global table."""
@@ -47,6 +68,14 @@ def pd_announce(
         from ascend_node.pd.service import announce
 
         settings = settings_from(verbose, **option_flags(locals()))
+        if settings.rendezvous == "kube":
+            from ascend_node.pd import kube_service
+
+            client, job, run = _through_api(settings.run_id)
+            me = read_pd_identity(os.environ)
+            doc = kube_service.announce(client, job, run, me, os.environ)
+            out(f"{me.task} {me.place}: pod IP {doc.pod_ip}, host IP {doc.host_ip}")
+            return
         shared, run = require_rendezvous_settings(settings)
         me = read_pd_identity(os.environ)
         doc = announce(shared, run, me, os.environ, rendezvous_key(settings, os.environ))
@@ -66,7 +95,7 @@ def pd_table(
         "controller pod's sidecar), or exit after it")] = False,
     shared_dir: SharedDir = None, run_id: RunId = None, timeout: Timeout = None,
     file_owner: FileOwner = None, rendezvous_key_file: RendezvousKeyFile = None,
-    verbose: Verbose = False, debug: Debug = False,
+    rendezvous: RendezvousOpt = None, verbose: Verbose = False, debug: Debug = False,
 ) -> None:
     """Write a PD service's global rank table from its instances' tables (exit 4 if they
     are not all complete within --timeout)."""
@@ -80,7 +109,9 @@ def pd_table(
         from ascend_node.pd.watch import run_pd_table
 
         settings = settings_from(verbose, **option_flags(locals()))
-        shared, run = require_rendezvous_settings(settings)
+        kube = settings.rendezvous == "kube"
+        if not kube:
+            shared, run = require_rendezvous_settings(settings)
         flags = read_flags(controller_config)
         counts = instance_counts(os.environ)
         if not counts["prefill"] or not counts["decode"]:
@@ -90,6 +121,18 @@ def pd_table(
                 f"the Job lists {counts['prefill']} prefill and {counts['decode']} decode "
                 "tasks (VC_PREFILL_<i>_NUM, VC_DECODE_<j>_NUM)",
                 "a PD service needs at least one of each; run under its Volcano Job")
+        if kube:
+            from ascend_node.pd import kube_service
+
+            client, job, run = _through_api(settings.run_id)
+            if os.environ.get("ASCEND_NODE_PD_TASK") == "controller":
+                kube_service.announce(client, job, run, read_pd_identity(os.environ),
+                                      os.environ)
+            run_pd_table(Path("."), run, counts, flags,
+                         _api_table_path(out, settings.state_dir), timeout=settings.timeout,
+                         watch=watch, owner=settings.file_owner,
+                         read=lambda: kube_service.read_service(client, job, run, counts))
+            return
         key = rendezvous_key(settings, os.environ)
         if os.environ.get("ASCEND_NODE_PD_TASK") == "controller":
             # In the controller's pod: its own addresses are group "1" (get_group_id.py).
@@ -108,7 +151,7 @@ def pd_boot(
         "MINDIE_MS_CONTROLLER_CONFIG_FILE_PATH or MINDIE_MS_COORDINATOR_CONFIG_FILE_PATH]",
         metavar="FILE", show_default=False)] = None,
     shared_dir: SharedDir = None, run_id: RunId = None, timeout: Timeout = None,
-    rendezvous_key_file: RendezvousKeyFile = None,
+    rendezvous_key_file: RendezvousKeyFile = None, rendezvous: RendezvousOpt = None,
     verbose: Verbose = False, debug: Debug = False,
 ) -> None:
     """Start a PD service's coordinator or controller: check, then exec the command after --."""
@@ -119,6 +162,15 @@ def pd_boot(
         from ascend_node.pd.boot import pd_boot as run_pd_boot
 
         settings = settings_from(verbose, **option_flags(locals()))
+        if settings.rendezvous == "kube":
+            from ascend_node.pd import kube_service
+
+            client, job, run = _through_api(settings.run_id)
+            run_pd_boot(list(ctx.args), os.environ, Path("."), run, settings.timeout, config,
+                        None, state_dir=settings.state_dir,
+                        announcer=lambda me: kube_service.announce(client, job, run, me,
+                                                                   os.environ),
+                        table_path=_api_table_path(None, settings.state_dir))
         shared, run = require_rendezvous_settings(settings)
         run_pd_boot(list(ctx.args), os.environ, shared, run, settings.timeout, config,
                     rendezvous_key(settings, os.environ), state_dir=settings.state_dir)

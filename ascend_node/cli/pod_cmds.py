@@ -159,12 +159,13 @@ def _ranktable_step(rendezvous: str) -> Any:
 def _failures_told_to_peers(
     asked: "Settings", command: str,
 ) -> contextlib.AbstractContextManager[None]:
-    """On the volume, a failure found before discovery (an output path, a `boot` option, the
-    key file) is published so the peers end with 5 naming it (chain.table). Through the API
-    only failures from discovery on are published yet (chain.kube_table): the peers of a pod
-    that fails earlier wait until their timeout (docs/rendezvous.md)."""
+    """A failure found before discovery (an output path, a `boot` option, the key file) is
+    published so the peers end with 5 naming it: on the volume (chain.table) or through the
+    API (chain.kube_failures, imported only for `kube`)."""
     if asked.rendezvous == "kube":
-        return contextlib.nullcontext()
+        from ascend_node.chain.kube_failures import failures_told_to_peers as through_api
+
+        return through_api(asked, os.environ, STARTED)
     from ascend_node.chain.table import failures_told_to_peers
 
     return failures_told_to_peers(asked, os.environ, STARTED, command)
@@ -304,6 +305,30 @@ def _given(ctx: typer.Context, name: str) -> bool:
     return getattr(ctx.get_parameter_source(name), "name", "") == "COMMANDLINE"
 
 
+def _status_through_api(job: str, rendezvous: Optional[str], run_id: Optional[str],
+                        kubeconfig: Optional[str], context: Optional[str],
+                        namespace: Optional[str], json_out: bool) -> None:
+    from ascend_node.errors import UsageError
+    from ascend_node.kube.client import Client
+    from ascend_node.kube.config import from_kubeconfig
+    from ascend_node.rendezvous.kube_status import exit_code, job_states
+
+    if rendezvous != "kube":
+        raise UsageError("--job reads a job's rendezvous through the API",
+                         "use it with --rendezvous kube")
+    client = Client(from_kubeconfig(kubeconfig, os.environ, context, namespace))
+    states, note = job_states(client, job, run_id)
+    code = exit_code(states)
+    if json_out:
+        emit({"job": job, "namespace": client.namespace, "exit_code": code, "uid": note,
+              "rendezvous": [{"scope": s.scope, "state": s.state, "line": s.line}
+                             for s in states]})
+    else:
+        for s in states:
+            out(s.line)
+    raise typer.Exit(code)
+
+
 @app.command(rich_help_panel=IN_THE_POD)
 def status(
     ctx: typer.Context,
@@ -320,10 +345,30 @@ def status(
     serving_timeout: Annotated[float, typer.Option(
         "--serving-timeout", help="Seconds to wait for MindIE's answer", metavar="SECONDS",
         parser=seconds("--serving-timeout", example="3"))] = 3.0,
-    state_dir: StateDir = None, json_out: Json = False, debug: Debug = False,
+    state_dir: StateDir = None, json_out: Json = False,
+    rendezvous: RendezvousOpt = None,
+    job: Annotated[Optional[str], typer.Option(
+        "--job", help="With --rendezvous kube: the vcjob whose rendezvous to show, read "
+        "from the API", show_default=False)] = None,
+    run_id: RunId = None,
+    kubeconfig: Annotated[Optional[str], typer.Option(
+        "--kubeconfig", help="With --rendezvous kube: the operator's kubeconfig (default: "
+        "KUBECONFIG or ~/.kube/config)", show_default=False)] = None,
+    context: Annotated[Optional[str], typer.Option(
+        "--context", help="Kubeconfig context", show_default=False)] = None,
+    namespace: Annotated[Optional[str], typer.Option(
+        "--namespace", help="The job's namespace (default: the context's)",
+        show_default=False)] = None,
+    debug: Debug = False,
 ) -> None:
-    """This container's bootstrap state: exit 0 done, 1 failed, 3 in progress (for probes)."""
+    """This container's bootstrap state: exit 0 done, 1 failed, 3 in progress (for probes).
+
+    With --rendezvous kube --job J: that job's rendezvous as the API holds it, from the
+    operator's kubeconfig outside the cluster (the same exit codes)."""
     with exit_codes(debug_on(debug)):
+        if job is not None:
+            _status_through_api(job, rendezvous, run_id, kubeconfig, context, namespace,
+                                json_out)
         from ascend_node.errors import UsageError
         from ascend_node.statedir import find_state_dir
         from ascend_node.status import current_status, serving_status, wait_for_status

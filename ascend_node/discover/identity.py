@@ -34,6 +34,7 @@ class NodeIdentity:
     incarnation: str
     sources: Mapping[str, str] = field(default_factory=dict)
     job_version: Optional[int] = None
+    job_instance: Optional[str] = None
 
     @property
     def global_index(self) -> int:
@@ -166,6 +167,7 @@ def read_identity(
             )
 
     job_version = _job_version(environ, sources)
+    job_instance = _job_instance(environ, sources)
 
     return NodeIdentity(
         role=role,
@@ -177,6 +179,7 @@ def read_identity(
         incarnation=incarnation,
         sources=sources,
         job_version=job_version,
+        job_instance=job_instance,
     )
 
 
@@ -204,6 +207,36 @@ def _job_version(environ: Mapping[str, str], sources: dict[str, str]) -> Optiona
         )
     sources["job_version"] = JOB_VERSION_ENV
     return int(raw)
+
+
+JOB_INSTANCE_ENV = "ASCEND_NODE_JOB_INSTANCE"
+# A pod group's name: `<job name>-<job UID>`, a DNS subdomain (at most 253 characters).
+_JOB_INSTANCE_RE = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+
+
+def _job_instance(environ: Mapping[str, str], sources: dict[str, str]) -> Optional[str]:
+    """Which Volcano Job this pod belongs to, when the pod maps it in (optional).
+
+    A job version only orders the starts of one Volcano Job: deleting the Job and applying
+    it again under the same name (the same run id) makes a new Job whose version counts
+    from 0 again. Volcano names each pod's pod group `<job name>-<job UID>` in its
+    `scheduling.k8s.io/group-name` annotation (volcano-sh/volcano v1.10.0,
+    pkg/controllers/job/job_controller_util.go `createJobPod`), so that annotation, mapped
+    through the downward API, tells a re-deployed Job from a later start of the same one.
+    An unset annotation reaches us as an empty string.
+    """
+    raw = environ.get(JOB_INSTANCE_ENV, "").strip()
+    if not raw:
+        sources["job_instance"] = "not set"
+        return None
+    if not _JOB_INSTANCE_RE.fullmatch(raw):
+        raise ConfigError(
+            f"{JOB_INSTANCE_ENV}={raw[:300]!r} is not a pod group name (a DNS subdomain)",
+            "map it from the downward API field "
+            "metadata.annotations['scheduling.k8s.io/group-name']",
+        )
+    sources["job_instance"] = JOB_INSTANCE_ENV
+    return raw
 
 
 def _check_ip(name: str, value: str) -> None:

@@ -22,6 +22,7 @@ caller watches again from the last resourceVersion it saw.
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import os
@@ -30,12 +31,12 @@ import ssl
 import tempfile
 from collections.abc import Iterator
 from typing import Any, Optional
-from urllib.parse import urlsplit
+from urllib.parse import urlencode, urlsplit
 
 from ascend_node import __version__
 from ascend_node.kube.config import Endpoint
 from ascend_node.kube.errors import ApiUnanswered, KubeError, error_for
-from ascend_node.kube.resources import Call, Resource
+from ascend_node.kube.resources import PODS, PODS_LOG, Call, Resource
 
 MAX_BODY = 64 << 20   # an answer larger than this is refused, not held in memory
 MAX_EVENT = 8 << 20   # one watch event (a ConfigMap is at most 1 MiB of data, plus metadata)
@@ -264,6 +265,36 @@ class Client:
         finally:
             conn.close()
 
+    def pod_log(self, name: str, container: Optional[str] = None,
+                since_time: Optional[str] = None) -> LogStream:
+        """A pod's log as it is written: `GET pods/<name>/log?follow=true&timestamps=true`
+        (`PodLogOptions`; `sinceTime` RFC 3339 to resume). The API server proxies it from the
+        pod's node, to the container's end; the caller reads it in chunks and closes it
+        when it will (`LogStream.close` from another thread ends a blocked read)."""
+        call = Call("get", PODS_LOG, self.namespace, name)
+        query = {"follow": "true", "timestamps": "true"}
+        if container:
+            query["container"] = container
+        if since_time:
+            query["sinceTime"] = since_time
+        path = PODS.path(self.namespace, name) + "/log?" + urlencode(sorted(query.items()))
+        self.requests += 1
+        conn = self._connection(self.timeout)
+        try:
+            conn.request("GET", self._prefix + path, headers={
+                **self._headers(None), "Accept": "*/*"})
+            resp = conn.getresponse()
+        except (OSError, http.client.HTTPException) as exc:
+            conn.close()
+            raise self._unanswered(call, exc, self.timeout) from None
+        if resp.status >= 400:
+            payload = resp.read(MAX_BODY)
+            conn.close()
+            raise error_for(call, resp.status, payload, resp.getheader("Retry-After"))
+        if conn.sock is not None:
+            conn.sock.settimeout(None)  # a quiet container is no error; close() ends it
+        return LogStream(conn, resp)
+
     def _events(self, call: Call, resp: http.client.HTTPResponse,
                 idle: float) -> Iterator[dict[str, Any]]:
         while True:
@@ -292,6 +323,27 @@ class Client:
                 raise error_for(call, int(status.get("code") or 500),
                                 json.dumps(status).encode())
             yield event
+
+
+class LogStream:
+    """An open pod log: `read` returns the next bytes (b"" at its end); `close` may be
+    called from another thread to end it (the blocked `read` then raises or returns b"")."""
+
+    def __init__(self, conn: http.client.HTTPSConnection,
+                 resp: http.client.HTTPResponse) -> None:
+        self._conn, self._resp = conn, resp
+        self.closed = False
+
+    def read(self) -> bytes:
+        return self._resp.read1(65536)
+
+    def close(self) -> None:
+        self.closed = True
+        sock = self._conn.sock
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+        self._conn.close()
 
 
 def _selectors(label: Optional[str], fields: Optional[str]) -> dict[str, str]:

@@ -39,6 +39,8 @@ class Resource:
 
 CONFIGMAPS = Resource("", "v1", "configmaps", "ConfigMap")
 PODS = Resource("", "v1", "pods", "Pod")
+# A pod's log, a subresource: RBAC names it `pods/log` (read with the verb get).
+PODS_LOG = Resource("", "v1", "pods/log", "Pod")
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ the new one (github.com/tencentmusic/cube-studio at 852a7bd2,
 job-template/job/volcano/launcher.py): a retried
 pipeline step must never meet the pods of its previous attempt (they would join the new
 attempt's rendezvous with a stale view). The label is the one `manifest` renders
-(`manifest.RUN_ID_LABEL`, `manifest.run_id_label_value`), so the selector is derived from the
+(`jobspec.skeleton.RUN_ID_LABEL`, `run_id_label_value`), so the selector is derived from the
 same function and cannot drift from it.
 """
 
@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from ascend_node.manifest import RUN_ID_LABEL, run_id_label_value
+from ascend_node.jobspec.skeleton import RUN_ID_LABEL, run_id_label_value
 
 MANAGED_BY = "app.kubernetes.io/managed-by=ascend-node"
 

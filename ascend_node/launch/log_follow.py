@@ -185,8 +185,48 @@ class LogBook:
         if uid in self._streams:
             self._streams[uid] = replace(self._streams[uid], done=True, open=False)
 
+    def known(self) -> list[str]:
+        """Every pod's uid the book has seen."""
+        return list(self._streams)
+
     def done(self, uid: str) -> bool:
         return uid in self._streams and self._streams[uid].done
 
     def all_done(self) -> bool:
         return all(s.done for s in self._streams.values())
+
+
+@dataclass(frozen=True)
+class PodLog:
+    """What the log follower needs of a pod as the API shows it: which stream (uid, name, the
+    first app container: the one the Job's command runs in, whose exit code the policies
+    read), its place in the Job, whether the container has run (a log to open) and has ended
+    (a log with an end)."""
+
+    uid: str
+    name: str
+    container: str
+    started: bool
+    ended: bool
+
+
+def pod_log(pod: dict[str, object]) -> Optional[PodLog]:
+    """The log state of one pod (None without a uid or a container: nothing to read)."""
+    meta = pod.get("metadata") or {}
+    spec = pod.get("spec") or {}
+    status = pod.get("status") or {}
+    assert isinstance(meta, dict) and isinstance(spec, dict) and isinstance(status, dict)
+    containers = spec.get("containers") or []
+    if not meta.get("uid") or not containers:
+        return None
+    first = str(containers[0].get("name", ""))
+    started = ended = False
+    for cs in status.get("containerStatuses") or []:
+        if cs.get("name") != first:
+            continue
+        state = cs.get("state") or {}
+        ended = "terminated" in state
+        started = ended or "running" in state
+    if status.get("phase") in ("Succeeded", "Failed") and not started:
+        ended = True  # ended without its container running (e.g. an init container failed)
+    return PodLog(str(meta["uid"]), str(meta.get("name", "")), first, started, ended)

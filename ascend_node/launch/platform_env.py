@@ -27,7 +27,7 @@ from typing import Any, Optional
 
 from ascend_node.discover.identity import check_run_id
 from ascend_node.errors import ConfigError, UsageError
-from ascend_node.manifest import DEFAULT_NPU_RESOURCE
+from ascend_node.jobspec.job import DEFAULT_NPU_RESOURCE
 
 # Full-width brackets and comma are accepted where ASCII ones are (py_k8s.py,
 # `get_gpu`).
@@ -53,7 +53,7 @@ GPU_VENDORS = ("gpu", "nvidia", "amd", "intel")
 PULL_POLICIES = ("Always", "IfNotPresent", "Never")
 # The Job name is `<task name>-<6 hex of the run id>`: a retry of the run gets the same name,
 # another run of the same pipeline its own. 40 characters leave room for `-worker-<index>`
-# within the 63 of a pod's hostname (manifest.MAX_HOSTNAME).
+# within the 63 of a pod's hostname (jobspec.job.MAX_HOSTNAME).
 NAME_MAX = 40
 # Labels cube-studio's launcher puts on its Job (launcher.py): ours carries the same keys, so
 # the platform's views find the Job.

@@ -15,8 +15,8 @@ import copy
 from typing import Any
 
 from ascend_node.errors import ConfigError
+from ascend_node.jobspec.mounts import mount_collision, under
 from ascend_node.launch.platform_env import PlatformRequest, Volume
-from ascend_node.manifest_mounts import mount_collision, under
 
 VAR = "KFJ_TASK_VOLUME_MOUNT"
 
@@ -61,7 +61,7 @@ def _check_volumes(spec: dict[str, Any], container: dict[str, Any],
 
 
 def overlay(job: dict[str, Any], req: PlatformRequest) -> dict[str, Any]:
-    """A copy of `job` (manifest.render_job's) with what `req` asks beyond manifest's options."""
+    """A copy of `job` (jobspec.job.render_job's) with what `req` asks beyond manifest's options."""
     out = copy.deepcopy(job)
     meta = out["metadata"]
     meta.setdefault("labels", {})
@@ -94,7 +94,8 @@ def overlay(job: dict[str, Any], req: PlatformRequest) -> dict[str, Any]:
                 c["imagePullPolicy"] = req.pull_policy
         if req.working_dir is not None:
             server["workingDir"] = req.working_dir
-        resources = server.setdefault("resources", {})
+        # No empty `resources: {}` on a container that asks for none (a PD service's motor).
+        resources = server.setdefault("resources", {}) if req.resources else {}
         for key, value in req.resources.items():
             if key in resources.get("limits", {}):
                 raise ConfigError(

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import Any, Callable, ClassVar, Optional
 
 from ascend_node.errors import AscendNodeError
+from ascend_node.jobspec.skeleton import RUN_ID_LABEL, run_id_label_value
 from ascend_node.kube.client import Client
 from ascend_node.kube.errors import NotFound
 from ascend_node.kube.resources import PODS, Resource
@@ -32,7 +33,6 @@ from ascend_node.launch.verdict import (
     pending_reason,
     progress_lines,
 )
-from ascend_node.manifest import RUN_ID_LABEL, run_id_label_value
 
 PODGROUPS = Resource("scheduling.volcano.sh", "v1beta1", "podgroups", "PodGroup")
 EVENTS = Resource("", "v1", "events", "Event")

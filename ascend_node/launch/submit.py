@@ -5,19 +5,23 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+from ascend_node.jobspec.job import to_yaml
 from ascend_node.kube.client import Client
 from ascend_node.kube.errors import AlreadyExists
 from ascend_node.kube.resources import Resource
 from ascend_node.launch.earlier_run import Deletion, run_selector, to_delete
-from ascend_node.manifest import to_yaml
 
 JOBS = Resource("batch.volcano.sh", "v1alpha1", "jobs", "Job")
-# The job's own ServiceAccount, Role and RoleBinding (`manifest.render_rbac`, `--rendezvous
-# kube`): its pods are refused by the ServiceAccount admission plugin until they exist.
-RBAC_RESOURCES = {
+# What the Job's pods need before they exist (`jobspec.request.Rendered.before`): the job's own
+# ServiceAccount, Role and RoleBinding (`--rendezvous kube`: its pods are refused by the
+# ServiceAccount admission plugin until they exist), the rendezvous key's Secret
+# (`--rendezvous-key`) and a PD service's ConfigMap (`--kind mindie-pd`).
+BEFORE_JOB = {
     "ServiceAccount": Resource("", "v1", "serviceaccounts", "ServiceAccount"),
     "Role": Resource("rbac.authorization.k8s.io", "v1", "roles", "Role"),
     "RoleBinding": Resource("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding"),
+    "Secret": Resource("", "v1", "secrets", "Secret"),
+    "ConfigMap": Resource("", "v1", "configmaps", "ConfigMap"),
 }
 
 
@@ -27,7 +31,7 @@ def ensure_objects(client: Client, objects: list[dict[str, Any]]) -> list[str]:
     made = []
     for obj in objects:
         try:
-            client.create(RBAC_RESOURCES[obj["kind"]], obj)
+            client.create(BEFORE_JOB[obj["kind"]], obj)
             made.append(f"{obj['kind']}/{obj['metadata']['name']}")
         except AlreadyExists:
             pass

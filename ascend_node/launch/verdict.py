@@ -87,7 +87,7 @@ def job_phase(job: Mapping[str, Any]) -> str:
 def pod_task_index(pod: Mapping[str, Any]) -> tuple[str, Optional[int]]:
     """(task, index) of a Volcano pod: the task from the annotation `volcano.sh/task-spec`,
     the index from the name `<job>-<task>-<index>` (Volcano's pod naming, which the manifest's
-    hostname check relies on: manifest.pod_names)."""
+    hostname check relies on: jobspec.job.pod_names)."""
     meta = pod.get("metadata") or {}
     name = str(meta.get("name", ""))
     task = str((meta.get("annotations") or {}).get("volcano.sh/task-spec")
@@ -101,7 +101,7 @@ def pod_task_index(pod: Mapping[str, Any]) -> tuple[str, Optional[int]]:
 
 def _terminated(pod: Mapping[str, Any]) -> Optional[Mapping[str, Any]]:
     """The first container's terminated state (Volcano's policies read the first container's
-    exit code: manifest.py, EXIT_CODE_ACTIONS), else a failed init container's."""
+    exit code: jobspec/job.py, EXIT_CODE_ACTIONS), else a failed init container's."""
     status = pod.get("status") or {}
     containers = (pod.get("spec") or {}).get("containers") or [{}]
     first = containers[0].get("name")

@@ -28,8 +28,8 @@ from ascend_node.pd.handover import (
     coordinator_problems,
 )
 from ascend_node.pd.motor_rules import check_table_path
-from ascend_node.pd.roles import read_pd_identity
-from ascend_node.pd.service import announce, global_table_path
+from ascend_node.pd.roles import PdIdentity, read_pd_identity
+from ascend_node.pd.service import ServicePodDoc, announce, global_table_path
 from ascend_node.rendezvous.seal import RendezvousKey
 from ascend_node.statedir import DEFAULT_STATE_DIR
 
@@ -44,7 +44,12 @@ def pd_boot(command: Sequence[str], environ: Mapping[str, str], shared_dir: Path
             execute: Callable[[Sequence[str], Mapping[str, str]], NoReturn] = exec_command,
             clock: Callable[[], float] = time.monotonic,
             sleep: Callable[[float], None] = time.sleep,
-            state_dir: Path = DEFAULT_STATE_DIR) -> NoReturn:
+            state_dir: Path = DEFAULT_STATE_DIR,
+            announcer: Optional[Callable[[PdIdentity], ServicePodDoc]] = None,
+            table_path: Optional[Path] = None) -> NoReturn:
+    """`announcer` and `table_path`: the coordinator's announcement and the controller's
+    table for `--rendezvous kube` (`pd.kube_service`, the table in the controller's own
+    pod); by default both on the shared volume under `shared_dir`."""
     me = read_pd_identity(environ)
     if me.is_server:
         raise ConfigError(f"{me.task} is a server: pd-boot starts the coordinator and the "
@@ -59,7 +64,8 @@ def pd_boot(command: Sequence[str], environ: Mapping[str, str], shared_dir: Path
         if path is not None:
             _refuse(coordinator_problems(_read_json(path)), path)
             env[COORDINATOR_CONFIG_ENV] = str(readable_copy(path, state_dir))
-        doc = announce(shared_dir, run_id, me, environ, key)
+        doc = (announcer(me) if announcer is not None
+               else announce(shared_dir, run_id, me, environ, key))
         argv = coordinator_argv(command, doc.pod_ip)
         log.info("coordinator %d: %s", me.place, " ".join(argv))
         execute(argv, env)
@@ -68,7 +74,7 @@ def pd_boot(command: Sequence[str], environ: Mapping[str, str], shared_dir: Path
         raise ConfigError(f"no controller configuration: --controller-config and "
                           f"{CONTROLLER_CONFIG_ENV} are unset",
                           "point either at the ms_controller.json the controller runs with")
-    table_path = global_table_path(shared_dir, run_id)
+    table_path = table_path or global_table_path(shared_dir, run_id)
     why = check_table_path(str(table_path))
     if why is not None:
         raise ConfigError(f"global rank table path {table_path}: {why}",

@@ -37,7 +37,16 @@ def write_global_table(path: Path, doc: Mapping[str, Any],
                           "point GLOBAL_RANK_TABLE_FILE_PATH at a plain path on a volume "
                           "the controller mounts (not through a ConfigMap's ..data link)")
     uid, gid = owner if owner else (None, None)
-    atomic_write_bytes(path, render_global_table(doc).encode(), mode=MODE, uid=uid, gid=gid)
+    try:
+        # Through the API the table sits in the controller pod's own state directory
+        # (`pd-table --rendezvous kube`), where nothing else made its directory.
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_bytes(path, render_global_table(doc).encode(), mode=MODE, uid=uid,
+                           gid=gid)
+    except OSError as exc:
+        raise ConfigError(f"cannot write the global rank table {path}: "
+                          f"{exc.strerror or exc}", "give pd-table a writable --out (or "
+                          "state directory)") from exc
 
 
 def validate_global_file(path: Path, flags: Optional[InstanceFlags] = None,

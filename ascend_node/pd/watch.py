@@ -22,7 +22,7 @@ from ascend_node.errors import PeerTimeout
 from ascend_node.pd.files import write_global_table
 from ascend_node.pd.global_table import render_global_table
 from ascend_node.pd.motor_rules import InstanceFlags
-from ascend_node.pd.service import Seen, read_service, table_from_view
+from ascend_node.pd.service import Seen, ServiceView, read_service, table_from_view
 from ascend_node.rendezvous.seal import RendezvousKey
 
 log = logging.getLogger("ascend_node.pd")
@@ -34,13 +34,16 @@ def run_pd_table(shared_dir: Path, run_id: str, counts: Mapping[str, int],
                  watch_interval: float = 2.0,
                  progress_every: float = 10.0, key: Optional[RendezvousKey] = None,
                  clock: Callable[[], float] = time.monotonic,
-                 sleep: Callable[[float], None] = time.sleep) -> int:
+                 sleep: Callable[[float], None] = time.sleep,
+                 read: Optional[Callable[[], ServiceView]] = None) -> int:
     """Write the global table (and, with `watch`, keep it current); returns the writes.
 
     Looks every `interval` s until the first table (it is then written within about that
     of the last instance completing), every `watch_interval` s after it (the controller
     re-reads the file every 5 s: a faster look would buy nothing). Raises PeerTimeout when
-    the first complete table is not there within `timeout`."""
+    the first complete table is not there within `timeout`. `read`: where the service is
+    read from instead of the volume (`pd.kube_service.read_service`, `--rendezvous kube`;
+    `shared_dir` is then unused)."""
     started = clock()
     deadline = started + timeout
     last_text: Optional[str] = None
@@ -49,7 +52,8 @@ def run_pd_table(shared_dir: Path, run_id: str, counts: Mapping[str, int],
     total = counts.get("prefill", 0) + counts.get("decode", 0)
     seen: Seen = {}
     while True:
-        view = read_service(shared_dir, run_id, counts, key, seen)
+        view = read() if read is not None else read_service(shared_dir, run_id, counts, key,
+                                                             seen)
         doc = table_from_view(view, counts, flags)
         missing = view.missing()
         if last_text is None and missing:  # the first table waits for the whole service

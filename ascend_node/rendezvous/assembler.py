@@ -214,7 +214,7 @@ class Assembler(Participant):
         choice = decide.choose_attempt(
             attempt, outcome, self.identity.incarnation, self.data.digest(),
             self.identity.node_count, self.identity.master_count, outdated,
-            self.identity.job_version,
+            self.identity.job_version, self.identity.job_instance,
         )
         if isinstance(choice, decide.Leftover):
             raise ConfigError(
@@ -238,6 +238,7 @@ class Assembler(Participant):
             master_count=self.identity.master_count,
             reason=choice.reason,
             job_version=self.identity.job_version,
+            job_instance=self.identity.job_instance,
         )
         write_doc(self.paths.attempt_file, doc, self.paths.shared_dir, key=self.key)
         self._attempt_doc = doc

@@ -68,6 +68,7 @@ def choose_attempt(
     master_count: int,
     outdated_slots: Sequence[int] = (),
     job_version: Optional[int] = None,
+    job_instance: Optional[str] = None,
 ) -> Union[Reuse, Open, Leftover]:
     """Node 0's choice. `outdated_slots`: nodes whose slot in a completed attempt now
     holds data that differs from the table (pods re-created with new data, asking for a
@@ -84,6 +85,14 @@ def choose_attempt(
             f"attempt {attempt.attempt_id} was for "
             f"{job_size(attempt.node_count, attempt.master_count)}; this job has "
             f"{job_size(node_count, master_count)}"
+        )
+    if _instances_differ(job_instance, attempt.job_instance):
+        # Before the job versions: a Job deleted and applied again under the same run id
+        # is a new Volcano Job whose version counts from 0 again, so an attempt of the
+        # earlier Job with a higher version does not make this pod a leftover.
+        return Open(
+            f"attempt {attempt.attempt_id} was for an earlier Volcano Job of this name "
+            f"(pod group {attempt.job_instance}); this pod's is {job_instance}"
         )
     if job_version is not None and attempt.job_version != job_version:
         if attempt.job_version is not None and attempt.job_version > job_version:
@@ -234,6 +243,11 @@ def evaluate(
     return Complete(tuple(members[i] for i in range(node_count)), warnings)
 
 
+def _instances_differ(a: Optional[str], b: Optional[str]) -> bool:
+    """Volcano Jobs (pod groups) are compared only when both sides know theirs."""
+    return a is not None and b is not None and a != b
+
+
 def _versions_differ(a: Optional[int], b: Optional[int]) -> bool:
     """Job versions are compared only when both sides know theirs."""
     return a is not None and b is not None and a != b
@@ -335,6 +349,7 @@ class Me:
     master_count: int
     node_count: int
     job_version: Optional[int] = None
+    job_instance: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -401,6 +416,13 @@ def follower_step(
         stale = earlier_size(attempt, outcome, me)
         if stale is not None:
             return stale
+    if _instances_differ(me.job_instance, attempt.job_instance):
+        return WaitAttempt(
+            f"attempt {aid} is of an earlier Volcano Job of this name (pod group "
+            f"{attempt.job_instance}), this pod's is {me.job_instance}; waiting for node 0 "
+            "to open an attempt for it",
+            "stale-version",
+        )
     if _versions_differ(me.job_version, attempt.job_version):
         return WaitAttempt(
             f"attempt {aid} is for job version {attempt.job_version}, this pod is from "

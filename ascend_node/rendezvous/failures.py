@@ -76,6 +76,7 @@ def node0_failure(
             run_id=paths.run_id, attempt_id=attempt_id, opened_by=identity.incarnation,
             node_count=identity.node_count, master_count=identity.master_count,
             reason="node 0 failed locally", job_version=identity.job_version,
+            job_instance=identity.job_instance,
         ), paths.shared_dir, key=key)
         participants = {identity.incarnation}
         end = clock() + ABORT_GRACE

@@ -51,15 +51,15 @@ def attempt_state(job: JobIdentity, obj: Optional[Mapping[str, Any]], run_id: st
     except ObjectRefused as exc:
         return None, None, str(exc)
     if attempt_text is None:
-        return None, None, f"ConfigMap {object_name(job.name, 'attempt')} holds no attempt.json"
+        return None, None, f"ConfigMap {object_name(job.scope, 'attempt')} holds no attempt.json"
     try:
         attempt = AttemptDoc.model_validate_json(attempt_text)
         outcome = (None if outcome_text is None
                    else OutcomeDoc.model_validate_json(outcome_text))
     except ValidationError as exc:
-        return None, None, f"ConfigMap {object_name(job.name, 'attempt')}: {_problem(exc)}"
+        return None, None, f"ConfigMap {object_name(job.scope, 'attempt')}: {_problem(exc)}"
     if attempt.run_id != run_id:
-        return None, None, (f"ConfigMap {object_name(job.name, 'attempt')} belongs to run "
+        return None, None, (f"ConfigMap {object_name(job.scope, 'attempt')} belongs to run "
                             f"{attempt.run_id!r}, not {run_id!r}")
     if outcome is not None and (outcome.attempt_id != attempt.attempt_id
                                 or outcome.run_id != run_id):

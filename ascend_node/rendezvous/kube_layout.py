@@ -36,6 +36,7 @@ PART_LABEL = "ascend-node.io/part"
 
 # The downward API's view of Volcano's annotations (the manifest maps them; job_controller_util.go).
 JOB_NAME_ENV = "ASCEND_NODE_JOB_NAME"      # metadata.annotations['volcano.sh/job-name']
+PD_TASK_ENV = "ASCEND_NODE_PD_TASK"        # pd.roles.TASK_ENV (rendezvous imports no pd)
 POD_GROUP_ENV = "ASCEND_NODE_POD_GROUP"    # metadata.annotations['scheduling.k8s.io/group-name']
 
 CONFIGMAP_LIMIT = 1 << 20      # validation.go: the sum of data and binaryData values
@@ -48,13 +49,38 @@ _UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{1
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 
+INSTANCE_LABEL = "ascend-node.io/instance"
+_INSTANCE = re.compile(r"^(prefill|decode)-(0|[1-9][0-9]{0,3})$")  # pd.roles' server tasks
+
+
 @dataclass(frozen=True)
 class JobIdentity:
-    """The vcjob whose pods meet: its namespace, name and uid."""
+    """The vcjob whose pods meet: its namespace, name and uid; and, in a PD service (one
+    vcjob, one rendezvous per prefill or decode instance, docs/pd.md), the instance's task.
+
+    `scope` is what object names start with: the job's name, or `<job>.<task>` for an
+    instance. A vcjob name is a DNS label (no '.', `check_job_name`), so no instance's
+    names can be another job's (`svc.prefill-0-rdzv-attempt` is never the names of a vcjob
+    `svc-prefill-0`), while a ConfigMap name, a DNS subdomain, may hold the dot."""
 
     namespace: str
     name: str
     uid: str
+    instance: str = ""
+
+    def __post_init__(self) -> None:
+        if self.instance and not _INSTANCE.match(self.instance):
+            raise ValueError(f"{self.instance!r} is not a PD instance's task")
+
+    @property
+    def scope(self) -> str:
+        return f"{self.name}.{self.instance}" if self.instance else self.name
+
+
+def slot_selector(job: JobIdentity) -> str:
+    """The label selector of this job's (this instance's) slot objects."""
+    return (f"{JOB_UID_LABEL}={job.uid},{OBJECT_LABEL}=node"
+            + (f",{INSTANCE_LABEL}={job.instance}" if job.instance else ""))
 
 
 def job_identity(env: Mapping[str, str], namespace: str) -> JobIdentity:
@@ -77,7 +103,11 @@ def job_identity(env: Mapping[str, str], namespace: str) -> JobIdentity:
     if not _UUID.match(uid):
         raise ConfigError(f"{POD_GROUP_ENV}={group!r} is not '<job name>-<uid>' for job "
                           f"{name!r}", hint)
-    return JobIdentity(namespace, name, uid)
+    # A prefill or decode pod of a PD service meets its instance's peers only
+    # (`ASCEND_NODE_PD_TASK`, set per task by `manifest --kind mindie-pd`, pd.roles);
+    # the coordinator's and the controller's pods hold no instance.
+    task = env.get(PD_TASK_ENV, "").strip()
+    return JobIdentity(namespace, name, uid, task if _INSTANCE.match(task) else "")
 
 
 def check_job_name(name: str, source: str) -> None:
@@ -94,8 +124,9 @@ def check_job_name(name: str, source: str) -> None:
 
 def object_name(job: str, kind: str, index: Optional[int] = None) -> str:
     """`<job>-rdzv-attempt`, `<job>-rdzv-node-<g>`, `<job>-rdzv-table-<k>`,
-    `<job>-rdzv-progress`. From the job's name alone, so that `manifest` knows every name
-    when it renders the Role (`resourceNames`); the uid is checked on every read instead."""
+    `<job>-rdzv-progress` (`job` a `JobIdentity.scope`: `<job>.<task>` for a PD instance).
+    From the job's name alone, so that `manifest` knows every name when it renders the Role
+    (`resourceNames`); the uid is checked on every read instead."""
     if kind not in KINDS:
         raise ValueError(f"unknown rendezvous object kind {kind!r}")
     if (index is None) != (kind in ("attempt", "progress")):
@@ -108,6 +139,27 @@ def all_names(job: str, node_count: int, parts: int = MAX_PARTS) -> list[str]:
     return ([object_name(job, "attempt"), object_name(job, "progress")]
             + [object_name(job, "node", g) for g in range(node_count)]
             + [object_name(job, "table", k) for k in range(parts)])
+
+
+PD_SERVICE_KINDS = ("coordinator", "controller")
+
+
+def service_object_name(job: str, role: str, place: int) -> str:
+    """`<job>.pd-coordinator-<p>`, `<job>.pd-controller-0`: a PD service pod's addresses,
+    each written by that pod alone (`pd-announce`, `pd-table`), read by the table writer."""
+    if role not in PD_SERVICE_KINDS or place not in (0, 1):
+        raise ValueError(f"no PD service object for {role} {place}")
+    return f"{job}.pd-{role}-{place}"
+
+
+def pd_names(job: str, instances: Mapping[str, int]) -> list[str]:
+    """Every name a PD service's pods may write: each instance's rendezvous objects
+    (`instances`: task -> pods) and the coordinators' and controller's address objects."""
+    names: list[str] = []
+    for task, pods in instances.items():
+        names += all_names(JobIdentity("", job, "", task).scope, pods)
+    return names + [service_object_name(job, "coordinator", p) for p in (0, 1)] + [
+        service_object_name(job, "controller", 0)]
 
 
 def owner_reference(job: JobIdentity) -> dict[str, Any]:
@@ -127,9 +179,11 @@ def new_object(job: JobIdentity, kind: str, index: Optional[int] = None,
               OBJECT_LABEL: kind}
     if index is not None:
         labels[NODE_LABEL if kind == "node" else PART_LABEL] = str(index)
+    if job.instance:
+        labels[INSTANCE_LABEL] = job.instance
     obj: dict[str, Any] = {
         "apiVersion": "v1", "kind": "ConfigMap",
-        "metadata": {"name": object_name(job.name, kind, index), "namespace": job.namespace,
+        "metadata": {"name": object_name(job.scope, kind, index), "namespace": job.namespace,
                      "labels": labels, "ownerReferences": [owner_reference(job)]},
         "data": dict(data or {}),
     }
@@ -163,6 +217,9 @@ def ownership_problem(job: JobIdentity, obj: Mapping[str, Any], kind: str) -> Op
     if labels.get(JOB_UID_LABEL) != job.uid:
         return (f"ConfigMap {name} is not this job's: label {JOB_UID_LABEL}="
                 f"{labels.get(JOB_UID_LABEL)!r}, this job's uid is {job.uid}")
+    if labels.get(INSTANCE_LABEL, "") != job.instance:
+        return (f"ConfigMap {name} is {labels.get(INSTANCE_LABEL) or 'no PD instance'}'s, "
+                f"not {job.instance or 'the job'}'s")
     if labels.get(OBJECT_LABEL) != kind:
         return f"ConfigMap {name} holds a {labels.get(OBJECT_LABEL)!r}, not a {kind!r}"
     ours = [o for o in owners if o.get("uid") == job.uid and o.get("kind") == JOB_KIND
@@ -314,11 +371,15 @@ class Rule:
         return out
 
 
-def role_rules(job: str, node_count: int) -> list[Rule]:
+def role_rules(job: str, node_count: int,
+               instances: Optional[Mapping[str, int]] = None) -> list[Rule]:
     """The agent's Role for one job, least privilege: nothing on pods (the downward API
     gives the job's identity), nothing on Leases, no delete (the garbage collector removes
-    the objects with the vcjob; `clean` runs with the operator's own credentials)."""
-    names = tuple(all_names(job, node_count))
+    the objects with the vcjob; `clean` runs with the operator's own credentials). For a
+    PD service (`instances`: task -> pods) the names are every instance's and the service
+    pods' (`pd_names`)."""
+    names = tuple(pd_names(job, instances) if instances is not None
+                  else all_names(job, node_count))
     return [
         Rule(("create",), (), "create-if-absent of the job's objects; RBAC cannot restrict "
              "create by name, so a taken name is checked on read (label and owner uid)"),
@@ -347,7 +408,8 @@ def service_account_name(job: str) -> str:
     return f"{job}-ascend-node"
 
 
-def rbac_objects(job: str, namespace: str, node_count: int) -> list[dict[str, Any]]:
+def rbac_objects(job: str, namespace: str, node_count: int,
+                 instances: Optional[Mapping[str, int]] = None) -> list[dict[str, Any]]:
     """The job's own ServiceAccount, Role (`role_rules`) and RoleBinding, for `manifest` to
     render beside the vcjob; the pods then run with `serviceAccountName` set to it. One set
     per job, so that no job's pods may update another job's objects."""
@@ -357,7 +419,7 @@ def rbac_objects(job: str, namespace: str, node_count: int) -> list[dict[str, An
     return [
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": dict(meta)},
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": dict(meta),
-         "rules": [r.as_rbac() for r in role_rules(job, node_count)]},
+         "rules": [r.as_rbac() for r in role_rules(job, node_count, instances)]},
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
          "metadata": dict(meta),
          "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},

@@ -44,14 +44,13 @@ from ascend_node.kube.resources import CONFIGMAPS, Call
 from ascend_node.ranktable import build_rank_table, render_rank_table
 from ascend_node.rendezvous import decide, kube_docs
 from ascend_node.rendezvous.kube_layout import (
-    JOB_UID_LABEL,
     MAX_PARTS,
-    OBJECT_LABEL,
     JobIdentity,
     ObjectRefused,
     document_object,
     join_table,
     object_name,
+    slot_selector,
     split_table,
     table_part,
     table_part_object,
@@ -115,11 +114,11 @@ def publish_failure(client: Client, job: JobIdentity, run_id: str, identity: Nod
     `failures.publish_failure`). Waits up to `wait` s for an attempt; never raises: the
     local failure is what the user must see. The attempt id used, or None."""
     end = clock() + wait
-    slot = object_name(job.name, "node", identity.global_index)
+    slot = object_name(job.scope, "node", identity.global_index)
     try:
         while True:
             client.timeout = max(1.0, min(5.0, end - clock()))
-            current = get_object(client, object_name(job.name, "attempt"))
+            current = get_object(client, object_name(job.scope, "attempt"))
             attempt, outcome, _ = kube_docs.attempt_state(job, current, run_id)
             if attempt is not None and attempt.conflict is None:
                 if outcome is not None:
@@ -148,14 +147,15 @@ def node0_failure(client: Client, job: JobIdentity, run_id: str, identity: NodeI
     the volume (`failures.node0_failure`). It waits the abort grace first, so that peers
     starting with it join the attempt and exit 5 at once (followers that join it are its
     participants). Never raises; the attempt id, or None when nothing was written."""
-    name = object_name(job.name, "attempt")
+    name = object_name(job.scope, "attempt")
     try:
         client.timeout = max(1.0, min(5.0, deadline - clock()))
         attempt = AttemptDoc(run_id=run_id, attempt_id=f"{int(time.time())}-"
                              f"{secrets.token_hex(4)}", opened_by=identity.incarnation,
                              node_count=identity.node_count,
                              master_count=identity.master_count,
-                             reason="node 0 failed locally", job_version=identity.job_version)
+                             reason="node 0 failed locally", job_version=identity.job_version,
+                             job_instance=identity.job_instance)
         written = put_object(client, document_object(job, "attempt",
                                                      attempt_json=_json(attempt)),
                              get_object(client, name))
@@ -164,7 +164,7 @@ def node0_failure(client: Client, job: JobIdentity, run_id: str, identity: NodeI
         participants = {identity.incarnation}
         end = min(clock() + ABORT_GRACE, deadline)
         while True:
-            found = client.list(CONFIGMAPS, f"{JOB_UID_LABEL}={job.uid},{OBJECT_LABEL}=node")
+            found = client.list(CONFIGMAPS, slot_selector(job))
             for obj in found.get("items") or []:
                 state = kube_docs.slot_state(job, obj, run_id, attempt.attempt_id)
                 if isinstance(state, (MemberDoc, FailureDoc)):
@@ -217,10 +217,10 @@ class KubeRendezvous:
     def me(self) -> decide.Me:
         return decide.Me(self.index, self.identity.incarnation, self.data.digest(),
                          self.identity.master_count, self.identity.node_count,
-                         self.identity.job_version)
+                         self.identity.job_version, self.identity.job_instance)
 
     def _name(self, kind: str, index: Optional[int] = None) -> str:
-        return object_name(self.job.name, kind, index)
+        return object_name(self.job.scope, kind, index)
 
     # -- the run, and an API server that does not answer -------------------------------
 
@@ -275,7 +275,7 @@ class KubeRendezvous:
             log.debug("%s; a 403 will name the call", rules)
             return
         denied = kube_docs.first_denied(
-            rules, kube_docs.needed_calls(self.job.name, self.index, self.identity.node_count))
+            rules, kube_docs.needed_calls(self.job.scope, self.index, self.identity.node_count))
         if denied is not None:
             verb, name = denied
             denied_call = Call(verb, CONFIGMAPS, self.job.namespace, name)
@@ -376,7 +376,7 @@ class KubeRendezvous:
             choice = decide.choose_attempt(
                 attempt, outcome, self.identity.incarnation, self.data.digest(),
                 self.identity.node_count, self.identity.master_count, outdated,
-                self.identity.job_version)
+                self.identity.job_version, self.identity.job_instance)
             if isinstance(choice, decide.Leftover):
                 raise ConfigError(f"{choice.reason}: a leftover pod of an earlier start of the "
                                   "job", "this pod should have been replaced; delete it or "
@@ -393,7 +393,8 @@ class KubeRendezvous:
                              opened_by=self.identity.incarnation,
                              node_count=self.identity.node_count,
                              master_count=self.identity.master_count, reason=choice.reason,
-                             job_version=self.identity.job_version)
+                             job_version=self.identity.job_version,
+                             job_instance=self.identity.job_instance)
             written = self._put(document_object(self.job, "attempt", attempt_json=_json(doc)),
                                 current)
             if written is not None:
@@ -411,7 +412,7 @@ class KubeRendezvous:
                 for g in range(self.identity.node_count)}
 
     def _slot_selector(self) -> str:
-        return f"{JOB_UID_LABEL}={self.job.uid},{OBJECT_LABEL}=node"
+        return slot_selector(self.job)
 
     def _tick(self) -> int:
         return max(1, int(min(self.progress_interval, max(1.0, self.deadline - self.clock()))))

@@ -100,6 +100,9 @@ class AttemptDoc(_Doc):
     reason: str = Field(default="", max_length=2000)
     conflict: Optional[str] = Field(default=None, max_length=2000)
     job_version: Optional[int] = Field(default=None, ge=0)
+    job_instance: Optional[str] = Field(default=None, max_length=253)
+    """The Volcano Job (its pod group) the attempt was opened for: its job version
+    orders the starts of that Job only (discover.identity `_job_instance`)."""
 
 
 class TableRecord(BaseModel):

@@ -81,7 +81,7 @@ class Participant:
     def me(self) -> decide.Me:
         return decide.Me(self.index, self.identity.incarnation, self.data.digest(),
                          self.identity.master_count, self.identity.node_count,
-                         self.identity.job_version)
+                         self.identity.job_version, self.identity.job_instance)
 
     def name(self, index: int) -> str:
         return node_name(index, self.identity.master_count)

@@ -414,13 +414,21 @@ def _collect(run: _Running, code: int, killed: str = "") -> NodeResult:
 
 
 def run_cluster(spec: SimSpec, shared_dir: Optional[Path] = None,
-                work: Optional[Path] = None, on_tick: Optional[Tick] = None) -> SimReport:
+                work: Optional[Path] = None, on_tick: Optional[Tick] = None,
+                pod_env: Optional[Callable[[SimNode], Mapping[str, str]]] = None
+                ) -> SimReport:
     """The whole simulation: prepare, break the named devices, launch all but the absent
-    nodes, collect, report."""
+    nodes, collect, report. `pod_env(node)`: variables that replace the shared directory
+    (`simulate --rendezvous kube`: the pods meet through the API, `sim/kube_sim.py`)."""
     work = work or Path(tempfile.mkdtemp(prefix="ascend-node-sim-"))
     shared = shared_dir or (work / "shared")
     shared.mkdir(parents=True, exist_ok=True)
     nodes = prepare(spec, work, shared)
+    if pod_env is not None:
+        for node in nodes:
+            node.env.pop("ASCEND_NODE_SHARED_DIR", None)
+            node.env.pop("ASCEND_NODE_RUN_ID", None)  # the job's name is the run
+            node.env.update(pod_env(node))
     apply_bad_devices(nodes, spec.bad_devices)
     if spec.start_delays is None and spec.nodes > 1:
         for node in nodes:
@@ -436,6 +444,9 @@ def run_cluster(spec: SimSpec, shared_dir: Optional[Path] = None,
     wall = time.monotonic() - t0
     table_path = shared / f"ranktable-{spec.run_id}.json"
     text = table_path.read_text() if table_path.is_file() else None
+    if text is None and pod_env is not None:  # no shared copy: node 0's own table
+        local = next((r.local_table() for r in results if r.index == 0), None)
+        text = local.decode() if local is not None else None
     return SimReport(spec, shared, results, wall, text, workspace=work)
 
 

@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Callable, Optional, TypeVar
 
 from ascend_node.errors import ConfigError, Interrupted, Terminated
-from ascend_node.sim.cluster import NodeResult, SimReport, SimSpec, run_cluster
+from ascend_node.kube.config import Endpoint
+from ascend_node.sim.cluster import NodeResult, SimNode, SimReport, SimSpec, run_cluster
 
 PROGRESS_FIRST = 3.0
 """Seconds before the first progress line: a healthy small run is over by then."""
@@ -177,20 +178,47 @@ def in_workspace(work: Path, keep: Optional[bool], members: str, run: Callable[[
 
 def simulate(spec: SimSpec, shared_dir: Optional[Path] = None, keep: Optional[bool] = None,
              say: Say = _stderr,
-             before_cleanup: Optional[Callable[[SimReport], None]] = None) -> SimReport:
+             before_cleanup: Optional[Callable[[SimReport], None]] = None,
+             kube: Optional[Endpoint] = None) -> SimReport:
     """Run the simulation in a new workspace; remove it afterwards unless `keep` (None:
     keep it when a node failed). The report holds everything it prints, so it outlives
     the workspace; `before_cleanup` reads whatever else it needs from the shared
-    directory (`simulate --report`'s timeline) while it still exists."""
+    directory (`simulate --report`'s timeline) while it still exists. `kube`: the pods
+    meet through that API server instead (`sim/kube_sim.py`), as a job of its own."""
     shared = _shared(shared_dir)
     work = Path(tempfile.mkdtemp(prefix="ascend-node-sim-"))
     absent = f" ({names(sorted(spec.absent))} absent)" if spec.absent else ""
     bad = "".join(f", bad device {b.text}" for b in spec.bad_devices)
+    job = None
+    if kube is not None:
+        from ascend_node.sim.kube_sim import open_job
+
+        try:
+            job = open_job(kube, spec.nodes)
+        except BaseException:
+            shutil.rmtree(work, ignore_errors=True)
+            raise
+    where = (f" meeting through {kube.server} as job {kube.namespace}/{job.name}"
+             if kube is not None and job is not None else "")
     say(f"simulate: starting {spec.nodes} node{'s' if spec.nodes != 1 else ''} x "
-        f"{spec.devices} NPUs{absent}{bad} in {work}")
+        f"{spec.devices} NPUs{absent}{bad} in {work}{where}")
     progress = Progress(spec, shared or work / "shared", say, work=work)
-    report = in_workspace(work, keep, "node",
-                          lambda: run_cluster(spec, shared, work, on_tick=progress))
+    pod_env = None
+    if job is not None:
+        made = job
+
+        def pod_env(node: SimNode) -> dict[str, str]:
+            return made.pod_env(node.state_dir.parent / "serviceaccount")
+    try:
+        report = in_workspace(work, keep, "node", lambda: run_cluster(
+            spec, shared, work, on_tick=progress, pod_env=pod_env))
+    finally:
+        if job is not None:
+            from ascend_node.sim.kube_sim import close_job
+
+            left = close_job(job)
+            if left:
+                say(left)
     report.workspace_kept = keep if keep is not None else not report.ok
     if before_cleanup is not None:
         before_cleanup(report)

@@ -24,6 +24,8 @@ RULES: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
      "delete it on a pipeline stop"),
     ("", "pods", ("list", "watch"), "wait until the earlier run's pods are gone; the verdict "
      "reads the pods' exit codes and termination messages"),
+    ("", "pods/log", ("get",), "stream every pod's log (follow=true, resumed with "
+     "sinceTime)"),
     ("scheduling.volcano.sh", "podgroups", ("list",), "why the Job is pending (the gang "
      "plugin's Unschedulable condition)"),
     ("", "events", ("list",), "why the Job is pending (the scheduler's events)"),

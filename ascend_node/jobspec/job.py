@@ -16,7 +16,6 @@ double-quoted, so `yaml.safe_load(render_yaml(p)) == render_job(p)` (tested).
 
 from __future__ import annotations
 
-import hashlib
 import math
 import re
 from dataclasses import dataclass
@@ -31,13 +30,19 @@ from ascend_node.handoff.mindie_startup import (
     model_name_ok,
 )
 from ascend_node.handoff.serving import DEFAULT_MANAGEMENT_PORT, LIVE_PATH, READY_PATH
-from ascend_node.manifest_mounts import HOST_MOUNTS, STATE_MOUNT, check_mount_path, under
+from ascend_node.jobspec.mounts import HOST_MOUNTS, STATE_MOUNT, check_mount_path, under
+from ascend_node.jobspec.skeleton import (
+    A3_SUPER_POD_TYPES,
+    job_labels,
+    job_object,
+    pod_head,
+    pod_labels,
+)
 from ascend_node.rendezvous.kube_layout import identity_env, rbac_objects, service_account_name
 
 Kind = Literal["mindie", "training"]
 KINDS = ("mindie", "training")
 
-API_VERSION = "batch.volcano.sh/v1alpha1"
 DEFAULT_NPU_RESOURCE = "huawei.com/Ascend910"
 
 # The image's ENTRYPOINT, repeated in the manifest so that the pod runs the agent even
@@ -172,13 +177,6 @@ class ManifestParams:
 
     def __post_init__(self) -> None:
         validate(self)
-
-
-# MindCluster's node label for Atlas 900 A3 SuperPoD servers, by NPUs per pod (MC
-# accelerator-type values `module-a3-16-super-pod`, `module-a3-8-super-pod`: Ascend/mind-cluster
-# component/ascend-operator/pkg/ranktable/factory.go).
-ACCELERATOR_TYPE_LABEL = "accelerator-type"
-A3_SUPER_POD_TYPES = {16: "module-a3-16-super-pod", 8: "module-a3-8-super-pod"}
 
 
 def validate(p: ManifestParams) -> None:
@@ -440,38 +438,13 @@ def _probes(p: ManifestParams, role: str) -> dict[str, Any]:
     return out
 
 
-# The run id as a label on the Job and its pods, so `launch` finds an earlier run's Jobs by a
-# label selector. The key is cube-studio's own (`run-id`: github.com/tencentmusic/cube-studio at
-# 852a7bd2, job-template/job/volcano/launcher.py), so the platform's tools that select by it see
-# ours too.
-RUN_ID_LABEL = "run-id"
-_LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
-
-
 def valid_name(value: str) -> bool:
     """A DNS-1123 label (a namespace, a ServiceAccount's name), at most 63 characters."""
     return len(value) <= 63 and bool(_DNS1123_LABEL.match(value))
 
 
-def run_id_label_value(run_id: str) -> str:
-    """The label value for `run_id`: itself when Kubernetes accepts it as a label value (at
-    most 63 characters, alphanumeric at both ends), else `h-` and 20 hex digits of its
-    SHA-256 — a run id the agent accepts (up to 128 characters, may end in `.`, `_`, `-`)
-    must still label its Job, and the launcher selects with this same function."""
-    if _LABEL_VALUE.match(run_id):
-        return run_id
-    return "h-" + hashlib.sha256(run_id.encode("utf-8")).hexdigest()[:20]
-
-
 def render_job(p: ManifestParams) -> dict[str, Any]:
     """The Volcano Job for `p`: a `master` task (1 pod) and a `worker` task (nodes-1 pods)."""
-    labels = {"app.kubernetes.io/name": p.kind, "app.kubernetes.io/instance": p.name,
-              "app.kubernetes.io/managed-by": "ascend-node",
-              RUN_ID_LABEL: run_id_label_value(p.run_id)}
-    metadata: dict[str, Any] = {"name": p.name}
-    if p.namespace is not None:
-        metadata["namespace"] = p.namespace
-    metadata["labels"] = labels
     tasks = [_task(p, "master", 1)]
     if p.nodes > 1:
         tasks.append(_task(p, "worker", p.nodes - 1))
@@ -483,37 +456,13 @@ def render_job(p: ManifestParams) -> dict[str, Any]:
     ]
     events = EVENT_ACTIONS + (MINDIE_EVENT_ACTIONS if p.kind == "mindie" else ())
     policies += [{"event": event, "action": action} for event, action in events]
-    return {
-        "apiVersion": API_VERSION,
-        "kind": "Job",
-        "metadata": metadata,
-        "spec": {
-            "schedulerName": "volcano",
-            "queue": p.queue,
-            "minAvailable": p.nodes,
-            "maxRetry": MAX_RETRY,
-            "plugins": {"env": [], "svc": svc_args},
-            "policies": policies,
-            "tasks": tasks,
-        },
-    }
+    return job_object(p.name, p.namespace, job_labels(p.kind, p.name, p.run_id), p.queue,
+                      MAX_RETRY, svc_args, tasks, policies)
 
 
 def _task(p: ManifestParams, role: str, replicas: int) -> dict[str, Any]:
-    labels = {"app.kubernetes.io/name": p.kind, "app.kubernetes.io/instance": p.name,
-              "app.kubernetes.io/component": role, RUN_ID_LABEL: run_id_label_value(p.run_id)}
-    spec: dict[str, Any] = {"restartPolicy": "Never"}
-    if p.run_as_user is not None:
-        spec["securityContext"] = _pod_security(p.run_as_user)
-    if p.a3:
-        # Only super-pod nodes, so every pod reports a super pod and the agent builds v1.2.
-        spec["nodeSelector"] = {ACCELERATOR_TYPE_LABEL: A3_SUPER_POD_TYPES[p.npus_per_node]}
-    spec.update({
-        "affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{
-            "labelSelector": {"matchLabels": {"app.kubernetes.io/instance": p.name}},
-            "topologyKey": "kubernetes.io/hostname",
-        }]}},
-    })
+    spec = pod_head(p.run_as_user, p.npus_per_node if p.a3 else None,
+                    {"app.kubernetes.io/instance": p.name})
     if p.init_container:
         spec["initContainers"] = [_init_container(p, role)]
     spec["containers"] = [_container(p, role)]
@@ -522,6 +471,7 @@ def _task(p: ManifestParams, role: str, replicas: int) -> dict[str, Any]:
         # The job's own ServiceAccount: its token, CA and namespace are what the agent
         # meets the peers with (docs/rendezvous.md, "Through the Kubernetes API").
         spec["serviceAccountName"] = service_account_name(p.name)
+    labels = pod_labels(p.kind, p.name, role, p.run_id)
     return {"name": role, "replicas": replicas,
             "template": {"metadata": {"labels": labels}, "spec": spec}}
 
@@ -539,6 +489,10 @@ def _env(p: ManifestParams, role: str) -> list[dict[str, Any]]:
         # Bumped by Volcano on every RestartJob: keeps a re-created pod with unchanged
         # addresses off the previous start's rank table.
         _field_env("ASCEND_NODE_JOB_VERSION", "metadata.annotations['volcano.sh/job-version']"),
+        # `<job name>-<job UID>`: orders those versions within one Volcano Job only, so a
+        # Job deleted and applied again under the same name is not taken for a leftover.
+        _field_env("ASCEND_NODE_JOB_INSTANCE",
+                   "metadata.annotations['scheduling.k8s.io/group-name']"),
     ]
     if p.nodes == 1:
         # With no worker task the svc plugin injects no VC_WORKER_NUM at all.
@@ -697,16 +651,6 @@ def _init_container(p: ManifestParams, role: str) -> dict[str, Any]:
         "volumeMounts": _mounts(p, agent=True, server=False),
     }
     return c
-
-
-def _pod_security(uid: int) -> dict[str, Any]:
-    """The pod's user: runAsUser/runAsGroup, and fsGroup so that the volumes that support
-    ownership (emptyDir, most block PVCs; not NFS) are group-writable for it."""
-    sc: dict[str, Any] = {"runAsUser": uid, "runAsGroup": uid}
-    if uid != 0:
-        sc["runAsNonRoot"] = True
-        sc["fsGroup"] = uid
-    return sc
 
 
 def _state_volume(p: ManifestParams) -> bool:

@@ -48,10 +48,7 @@ from typing import Any, Optional
 
 from ascend_node.errors import ClusterInconsistent, PeerTimeout, UsageError
 from ascend_node.handoff.mindie_startup import DEFAULT_MIES_INSTALL_PATH
-from ascend_node.manifest import (
-    A3_SUPER_POD_TYPES,
-    ACCELERATOR_TYPE_LABEL,
-    API_VERSION,
+from ascend_node.jobspec.job import (
     KEY_ITEM,
     KEY_MOUNT_DIR,
     MAX_HOSTNAME,
@@ -59,18 +56,19 @@ from ascend_node.manifest import (
     ManifestParams,
     _container,
     _field_env,
-    _pod_security,
     _volumes,
     to_yaml,
 )
-from ascend_node.manifest_mounts import STATE_MOUNT
+from ascend_node.jobspec.mounts import STATE_MOUNT
+from ascend_node.jobspec.skeleton import MANAGED_BY, job_labels, job_object, pod_head, pod_labels
 from ascend_node.pd.motor_configs import (
     CONTROLLER_FILE,
     COORDINATOR_FILE,
     motor_files,
 )
 from ascend_node.pd.roles import TASK_ENV
-from ascend_node.pd.service import global_table_path
+from ascend_node.pd.service import GLOBAL_TABLE_NAME, global_table_path
+from ascend_node.rendezvous.kube_layout import identity_env, rbac_objects, service_account_name
 
 MAX_INSTANCES = 96  # the controller's multi-node mode reads groups 2..97
 MOTOR_MOUNT = "/etc/ascend-node/motor"
@@ -169,8 +167,20 @@ def configmap_name(p: ManifestParams) -> str:
 
 
 def table_path(p: ManifestParams) -> str:
-    """The live global table, where `pd-table` writes it on the shared volume."""
+    """The live global table, where `pd-table` writes it: on the shared volume, or, through
+    the API, in the state directory's emptyDir the table writer shares with the controller
+    in the controller's pod (`pd_cmds._api_table_path`)."""
+    if p.rendezvous == "kube":
+        return f"{STATE_MOUNT}/pd/{GLOBAL_TABLE_NAME}"
     return str(global_table_path(Path(p.model_path), p.run_id))
+
+
+def render_pd_rbac(p: ManifestParams, shape: PdShape) -> list[dict[str, Any]]:
+    """With `--rendezvous kube`: the service's ServiceAccount, Role and RoleBinding, the Role
+    naming every instance's objects and the service pods' (`kube_layout.pd_names`)."""
+    if p.rendezvous != "kube" or p.namespace is None:
+        return []
+    return rbac_objects(p.name, p.namespace, 0, dict(shape.tasks()))
 
 
 def render_pd_configmap(p: ManifestParams, shape: PdShape) -> dict[str, Any]:
@@ -188,30 +198,13 @@ def render_pd_configmap(p: ManifestParams, shape: PdShape) -> dict[str, Any]:
 def render_pd_job(p: ManifestParams, shape: PdShape) -> dict[str, Any]:
     """The Volcano Job: coordinator, controller, then the instance tasks."""
     check_pd(p, shape)
-    metadata: dict[str, Any] = {"name": p.name}
-    if p.namespace is not None:
-        metadata["namespace"] = p.namespace
-    metadata["labels"] = {"app.kubernetes.io/name": "mindie-pd",
-                          "app.kubernetes.io/instance": p.name,
-                          "app.kubernetes.io/managed-by": "ascend-node"}
     tasks = [_motor_task(p, "coordinator"), _motor_task(p, "controller")]
     tasks += [_server_task(p, task, pods) for task, pods in shape.tasks()]
-    return {
-        "apiVersion": API_VERSION,
-        "kind": "Job",
-        "metadata": metadata,
-        "spec": {
-            "schedulerName": "volcano",
-            "queue": p.queue,
-            "minAvailable": sum(t["replicas"] for t in tasks),
-            # Bounds RestartJob only; no policy here restarts the Job (see the module).
-            "maxRetry": 3,
-            # The svc plugin's NetworkPolicy admits only the Job's pods: clients outside
-            # it send to the coordinator.
-            "plugins": {"env": [], "svc": ["--disable-network-policy=true"]},
-            "tasks": tasks,
-        },
-    }
+    # maxRetry bounds RestartJob only; no policy here restarts the Job (see the module). The
+    # svc plugin's NetworkPolicy admits only the Job's pods: clients outside it send to the
+    # coordinator. The run's label, as on a plain job: `launch` finds an earlier run by it.
+    return job_object(p.name, p.namespace, job_labels("mindie-pd", p.name, p.run_id), p.queue,
+                      3, ["--disable-network-policy=true"], tasks)
 
 
 def render_pd_yaml(p: ManifestParams, shape: PdShape) -> str:
@@ -219,17 +212,15 @@ def render_pd_yaml(p: ManifestParams, shape: PdShape) -> str:
     header = (f"# PD service rendered by ascend-node: {shape.prefill} prefill x "
               f"{shape.prefill_pods} pod(s), {shape.decode} decode x {shape.decode_pods} "
               f"pod(s), {p.npus_per_node} NPUs per pod\n")
-    return (header + to_yaml(render_pd_configmap(p, shape)) + "---\n"
+    rbac = "".join("# the agent's least privilege for the rendezvous through the API "
+                   f"(docs/deploy.md)\n{to_yaml(obj)}---\n" for obj in render_pd_rbac(p, shape))
+    return (rbac + header + to_yaml(render_pd_configmap(p, shape)) + "---\n"
             + to_yaml(render_pd_job(p, shape)))
 
 
-def _labels(p: ManifestParams, name: str, component: Optional[str] = None) -> dict[str, str]:
-    out = {"app.kubernetes.io/name": name, "app.kubernetes.io/instance": p.name}
-    if component is not None:
-        out["app.kubernetes.io/component"] = component
-    else:
-        out["app.kubernetes.io/managed-by"] = "ascend-node"
-    return out
+def _labels(p: ManifestParams, name: str) -> dict[str, str]:
+    """The ConfigMap's labels."""
+    return {"app.kubernetes.io/name": name, "app.kubernetes.io/instance": p.name, **MANAGED_BY}
 
 
 def _policies() -> list[dict[str, Any]]:
@@ -243,20 +234,15 @@ def _server_task(p: ManifestParams, task: str, pods: int) -> dict[str, Any]:
     inner = ManifestParams(**{**p.__dict__, "nodes": pods})
     c = _container(inner, "master")
     c["env"] = _server_env(c["env"], p.run_id, task, pods)
-    spec: dict[str, Any] = {"restartPolicy": "Never"}
-    if p.run_as_user is not None:
-        spec["securityContext"] = _pod_security(p.run_as_user)
-    if p.a3:
-        spec["nodeSelector"] = {ACCELERATOR_TYPE_LABEL: A3_SUPER_POD_TYPES[p.npus_per_node]}
-    spec["affinity"] = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{
-        "labelSelector": {"matchLabels": {"app.kubernetes.io/name": SERVER_NAME,
-                                          "app.kubernetes.io/instance": p.name}},
-        "topologyKey": "kubernetes.io/hostname",
-    }]}}
+    spec = pod_head(p.run_as_user, p.npus_per_node if p.a3 else None,
+                    {"app.kubernetes.io/name": SERVER_NAME, "app.kubernetes.io/instance": p.name})
     spec["containers"] = [c]
     spec["volumes"] = _volumes(inner)
+    if p.rendezvous == "kube":
+        spec["serviceAccountName"] = service_account_name(p.name)
+    labels = pod_labels(SERVER_NAME, p.name, task, p.run_id)
     return {"name": task, "replicas": pods, "policies": _policies(),
-            "template": {"metadata": {"labels": _labels(p, SERVER_NAME, task)}, "spec": spec}}
+            "template": {"metadata": {"labels": labels}, "spec": spec}}
 
 
 def _server_env(env: list[dict[str, Any]], run_id: str, task: str,
@@ -274,7 +260,7 @@ def _server_env(env: list[dict[str, Any]], run_id: str, task: str,
 def _motor_env(p: ManifestParams, task: str) -> list[dict[str, Any]]:
     env: list[dict[str, Any]] = [
         {"name": TASK_ENV, "value": task},
-        {"name": "MODEL_PATH", "value": p.model_path},
+        *([{"name": "MODEL_PATH", "value": p.model_path}] if p.pvc is not None else []),
         {"name": "ASCEND_NODE_RUN_ID", "value": p.run_id},
         {"name": "ASCEND_NODE_TIMEOUT", "value": str(p.timeout)},
         {"name": "ASCEND_NODE_STATE_DIR", "value": STATE_MOUNT},
@@ -282,6 +268,9 @@ def _motor_env(p: ManifestParams, task: str) -> list[dict[str, Any]]:
         _field_env("K8S_POD_IP", "status.podIP"),
         _field_env("K8S_HOST_IP", "status.hostIP"),
     ]
+    if p.rendezvous == "kube":
+        # The vcjob's name and uid from Volcano's own pod annotations (kube_layout).
+        env += [{"name": "ASCEND_NODE_RENDEZVOUS", "value": "kube"}, *identity_env()]
     if p.rendezvous_key_secret is not None:
         env.append({"name": "ASCEND_NODE_RENDEZVOUS_KEY_FILE",
                     "value": f"{KEY_MOUNT_DIR}/{KEY_ITEM}"})
@@ -290,7 +279,7 @@ def _motor_env(p: ManifestParams, task: str) -> list[dict[str, Any]]:
 
 def _motor_mounts(p: ManifestParams) -> list[dict[str, Any]]:
     mounts: list[dict[str, Any]] = [
-        {"name": "model", "mountPath": p.model_path},
+        *([{"name": "model", "mountPath": p.model_path}] if p.pvc is not None else []),
         {"name": "motor-config", "mountPath": MOTOR_MOUNT, "readOnly": True},
         {"name": "ascend-node-state", "mountPath": STATE_MOUNT},
     ]
@@ -301,7 +290,8 @@ def _motor_mounts(p: ManifestParams) -> list[dict[str, Any]]:
 
 def _motor_volumes(p: ManifestParams) -> list[dict[str, Any]]:
     vols: list[dict[str, Any]] = [
-        {"name": "model", "persistentVolumeClaim": {"claimName": p.pvc}},
+        *([{"name": "model", "persistentVolumeClaim": {"claimName": p.pvc}}]
+          if p.pvc is not None else []),
         {"name": "motor-config", "configMap": {"name": configmap_name(p)}},
         {"name": "ascend-node-state", "emptyDir": {}},
     ]
@@ -329,9 +319,7 @@ def _motor_task(p: ManifestParams, task: str) -> dict[str, Any]:
     # MindIE-Motor resolves the relative paths of its configuration (logs, DIGS files)
     # against its working directory, its install directory in its own boot.sh.
     main["workingDir"] = DEFAULT_MIES_INSTALL_PATH
-    spec: dict[str, Any] = {"restartPolicy": "Never"}
-    if p.run_as_user is not None:
-        spec["securityContext"] = _pod_security(p.run_as_user)
+    spec = pod_head(p.run_as_user, None, None)
     if task == "coordinator":
         main["ports"] = [{"name": "predict", "containerPort": COORDINATOR_PREDICT_PORT,
                           "protocol": "TCP"}]
@@ -348,5 +336,8 @@ def _motor_task(p: ManifestParams, task: str) -> dict[str, Any]:
         spec["initContainers"] = [writer]
     spec["containers"] = [main]
     spec["volumes"] = _motor_volumes(p)
+    if p.rendezvous == "kube":
+        spec["serviceAccountName"] = service_account_name(p.name)
     return {"name": task, "replicas": 1, "policies": _policies(),
-            "template": {"metadata": {"labels": _labels(p, MOTOR_NAME, task)}, "spec": spec}}
+            "template": {"metadata": {"labels": pod_labels(MOTOR_NAME, p.name, task, p.run_id)},
+                         "spec": spec}}
