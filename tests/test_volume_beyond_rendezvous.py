@@ -77,7 +77,9 @@ def test_doctor_peers_on_a_volume_that_does_not_answer_exits_4_naming_it(
                           capture_output=True, text=True, timeout=VOLUME_ANSWER + 120,
                           stdin=subprocess.DEVNULL)
     assert done.returncode == 4, done.stderr
-    assert time.monotonic() - started < VOLUME_ANSWER + SLACK + 5
+    # + 15 s for the interpreter's start and imports on a loaded machine (seen: 10 s): the
+    # bound is the agent's, from its own start
+    assert time.monotonic() - started < VOLUME_ANSWER + SLACK + 15
     cause = _cause(done.stderr)
     assert "the shared volume has not answered" in cause and str(shared) in cause, cause
     assert "the peers' facts could not be read" in cause

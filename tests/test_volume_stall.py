@@ -176,8 +176,19 @@ def test_a_volume_that_freezes_past_the_deadline_ends_every_pod_with_4_naming_it
 def test_a_freeze_shorter_than_the_time_left_ends_in_a_normal_rendezvous(
         tmp_path: Path) -> None:
     pods, flag = _frozen_nodes(tmp_path, 2, timeout=60)
+    hit = tmp_path / "hit"
+    for pod in pods:
+        pod.env["FROZEN_VOLUME_HIT"] = str(hit)
     flag.touch()  # frozen from the pods' start (their first look at the shared directory)
-    _at(9.0, flag.unlink)
+
+    def thaw_once_it_was_met_for_a_while() -> None:  # not at a fixed time from the test's
+        end = time.monotonic() + 120                 # start: on a loaded machine the pods'
+        while not hit.exists() and time.monotonic() < end:  # imports alone can take 9 s
+            time.sleep(0.05)
+        time.sleep(9.0)  # long enough for the pods to say the volume has not answered
+        flag.unlink()
+
+    threading.Thread(target=thaw_once_it_was_met_for_a_while, daemon=True).start()
     results = run(pods)
     assert codes(results) == [0, 0], explain(results)
     assert any("the shared volume has not answered for" in r.stderr for r in results), (
