@@ -33,6 +33,9 @@ JOB_NAME_LABEL = "ascend-node.io/job-name"
 OBJECT_LABEL = "ascend-node.io/object"
 NODE_LABEL = "ascend-node.io/node"
 PART_LABEL = "ascend-node.io/part"
+# On the progress object while node 0 settles a contested set: "<attempt> <nonce> <g,...>",
+# the slots whose pods must look at them again (`kube_docs.asked_to_look`).
+SETTLE_ANNOTATION = "ascend-node.io/settle"
 
 # The downward API's view of Volcano's annotations (the manifest maps them; job_controller_util.go).
 JOB_NAME_ENV = "ASCEND_NODE_JOB_NAME"      # metadata.annotations['volcano.sh/job-name']
@@ -80,6 +83,15 @@ class JobIdentity:
 def slot_selector(job: JobIdentity) -> str:
     """The label selector of this job's (this instance's) slot objects."""
     return (f"{JOB_UID_LABEL}={job.uid},{OBJECT_LABEL}=node"
+            + (f",{INSTANCE_LABEL}={job.instance}" if job.instance else ""))
+
+
+def follower_selector(job: JobIdentity) -> str:
+    """The label selector a waiting follower watches: this job's (this instance's) attempt
+    and progress objects. One watch brings the attempt's changes, node 0's progress (the
+    follower's progress line, no read of its own) and node 0's call to look at a contested
+    slot (`SETTLE_ANNOTATION`), so a waiting pod costs one watch per progress interval."""
+    return (f"{JOB_UID_LABEL}={job.uid},{OBJECT_LABEL} in (attempt,progress)"
             + (f",{INSTANCE_LABEL}={job.instance}" if job.instance else ""))
 
 
@@ -386,9 +398,10 @@ def role_rules(job: str, node_count: int,
         Rule(("get", "update"), names, "read and compare-and-set the job's own objects "
              "(update carries the resourceVersion read), and only those"),
         Rule(("list", "watch"), (), "node 0 lists and watches the slots by label, followers "
-             "watch the attempt object (a label selector cannot be restricted by name, and the "
-             "pods share one ServiceAccount): the pods can read the namespace's ConfigMaps, "
-             "which Kubernetes does not make confidential (Secrets are not covered)"),
+             "the attempt and progress objects (a label selector cannot be restricted by "
+             "name, and the pods share one ServiceAccount): the pods can read the "
+             "namespace's ConfigMaps, which Kubernetes does not make confidential "
+             "(Secrets are not covered)"),
     ]
 
 
