@@ -45,6 +45,7 @@ POD_GROUP_ENV = "ASCEND_NODE_POD_GROUP"    # metadata.annotations['scheduling.k8
 CONFIGMAP_LIMIT = 1 << 20      # validation.go: the sum of data and binaryData values
 PART_BYTES = 768 << 10         # one table part: room below the limit for the other keys
 MAX_TABLE_TEXT = 64 << 20      # a table larger than this after gunzip is refused (a bomb)
+SUMMARY_BYTES = 64 << 10       # a pod's timeline summary (report.record.MAX_SUMMARY_BYTES)
 MAX_PARTS = 8                  # 6 MiB of gzip: ~90 MiB of table; a Role names each part
 KINDS = ("attempt", "node", "table", "progress")
 
@@ -246,7 +247,9 @@ def ownership_problem(job: JobIdentity, obj: Mapping[str, Any], kind: str) -> Op
 # (rendezvous/models.py), so the decisions (decide.py) are the volume's, word for word.
 KEYS: dict[str, tuple[str, ...]] = {
     "attempt": ("attempt.json", "outcome.json"),  # node 0: the attempt, then its outcome
-    "node": ("slot.json",),                       # node g: member, failure or conflict
+    # node g: member, failure or conflict; and its timeline summary for `report`, written
+    # once its rendezvous has ended (at most `SUMMARY_BYTES`, kube_summary.py)
+    "node": ("slot.json", "summary.json"),
     "progress": ("progress.json",),               # node 0: who is present, who is missing
 }
 
