@@ -151,21 +151,24 @@ def ranktable_through_api(
         progress_interval=settings.progress_interval,
         allow_uneven_devices=settings.allow_uneven_devices,
         table_version=settings.table_version, health=health, judge=node0_judge(preflight))
+    failure: Optional[AscendNodeError] = None
     try:
         with events.phase("rendezvous", node=identity.name, nodes=identity.node_count,
                           store="kube") as detail:
-            try:
-                outcome = rdzv.run()
-            except AscendNodeError as exc:
-                leave_kube_summary(client, job, run_id, identity, command, "failed", None, exc)
-                raise
+            outcome = rdzv.run()
             detail["attempt"] = outcome.attempt_id
             detail["api_requests"] = client.requests
             if outcome.warnings:
                 detail["preflight_warnings"] = len(outcome.warnings)
+    except AscendNodeError as exc:
+        failure = exc
+        raise
     finally:
         log.info("rendezvous through the API: %d requests (%d watches) to %s",
                  client.requests, client.watches, client.endpoint.server)
+        if failure is not None:  # after the count: the summary is not the rendezvous'
+            leave_kube_summary(client, job, run_id, identity, command, "failed", None,
+                               failure)
         client.close()
     cluster = record_cluster(settings.state_dir, preflight, outcome.warnings,
                              probe_seconds, probe_wait,
