@@ -303,7 +303,9 @@ KUBE_MODULES = ["ascend_node.chain.kube_failures", "ascend_node.chain.kube_table
                 "ascend_node.kube", "ascend_node.kube.client",
                 "ascend_node.kube.config", "ascend_node.kube.errors", "ascend_node.kube.mirror",
                 "ascend_node.kube.resources", "ascend_node.rendezvous.kube_docs",
-                "ascend_node.rendezvous.kube_layout", "ascend_node.rendezvous.kube_participant"]
+                "ascend_node.rendezvous.kube_layout", "ascend_node.rendezvous.kube_participant",
+                # after the rendezvous: the pod's timeline summary into its slot (`report`)
+                "ascend_node.rendezvous.kube_summary"]
 
 
 def test_the_api_path_imports_the_volumes_modules_and_the_client_only(
