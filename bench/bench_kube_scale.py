@@ -17,7 +17,11 @@ Role, `sim/kube_sim.py`), on this 2-core machine:
   per waiting pod per second, and the watches held, while nothing changes.
 
     .venv/bin/python bench/bench_kube_scale.py [--nodes 8 64 128] [--devices 2] [--wait 30]
-        [--run-dir RUN]
+        [--run-dir RUN | --bare]
+
+`--bare`: a bare kube-apiserver + etcd of the bed's build (`tests/kube_apiserver.py`, no
+controllers, no Volcano: its Job CRD alone, from fixtures/volcano, so that `simulate` can own
+its objects by a vcjob), for measuring the agents' calls without the bed's own.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any, Optional
 
@@ -45,6 +50,65 @@ NS = "bench-scale"
 _SAMPLE = re.compile(r'^(\w+)\{([^}]*)\} ([0-9.e+-]+)$')
 _AGENT = re.compile(r"rendezvous through the API: (\d+) requests \((\d+) watches\)")
 RESOURCES = ("configmaps", "selfsubjectrulesreviews")
+BARE_TOKEN = "bench-kube-scale-admin"
+VOLCANO_CRD = ROOT / "fixtures" / "volcano" / "batch.volcano.sh_jobs.yaml"
+
+
+class BareKube:
+    """The two calls the bench makes of the bed's client (`get`, `create`), as the admin
+    token of a bare API server (`tests/kube_apiserver.control_plane`)."""
+
+    def __init__(self, url: str, ca: Path) -> None:
+        import ssl
+        self.url, self.ctx = url, ssl.create_default_context(cafile=str(ca))
+
+    def request(self, method: str, path: str, body: Optional[bytes] = None,
+                content_type: str = "application/json") -> Any:
+        req = urllib.request.Request(self.url + path, data=body, method=method)
+        req.add_header("Authorization", f"Bearer {BARE_TOKEN}")
+        if body is not None:
+            req.add_header("Content-Type", content_type)
+        with urllib.request.urlopen(req, context=self.ctx, timeout=30) as resp:
+            data = resp.read()
+        return json.loads(data) if data[:1] in (b"{", b"[") else data.decode()
+
+    def get(self, path: str) -> Any:
+        return self.request("GET", path)
+
+    def create(self, path: str, obj: dict[str, Any]) -> Any:
+        return self.request("POST", path, json.dumps(obj).encode())
+
+
+@contextlib.contextmanager
+def bare_plane(tmp: Path) -> Any:
+    """A bare API server with Volcano's Job CRD, and an admin kubeconfig: (kube, kubeconfig)."""
+    import yaml
+
+    from tests.kube_apiserver import binaries, control_plane
+    bin_dir = binaries()
+    if bin_dir is None:
+        raise SystemExit("no kube-apiserver/etcd in ~/.cache/ascend-node-kube (scripts/kube-bed)")
+    with control_plane(tmp, {BARE_TOKEN: ("admin", "system:masters")}, bin_dir) as plane:
+        kube = BareKube(plane.url, plane.ca)
+        kube.create("/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+                    yaml.safe_load(VOLCANO_CRD.read_text()))
+        deadline = time.monotonic() + 60
+        while True:  # until the CRD is served
+            try:
+                kube.get("/apis/batch.volcano.sh/v1alpha1")
+                break
+            except Exception:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+        kubeconfig = tmp / "admin.kubeconfig"
+        kubeconfig.write_text(json.dumps({
+            "apiVersion": "v1", "kind": "Config", "current-context": "admin",
+            "clusters": [{"name": "bare", "cluster": {"server": plane.url,
+                                                      "certificate-authority": str(plane.ca)}}],
+            "users": [{"name": "admin", "user": {"token": BARE_TOKEN}}],
+            "contexts": [{"name": "admin", "context": {"cluster": "bare", "user": "admin"}}]}))
+        yield kube, kubeconfig
 
 
 def metrics(kube: Any) -> tuple[dict[tuple[str, str], float], float]:
@@ -188,7 +252,18 @@ def main() -> int:
     ap.add_argument("--wait", type=float, default=30.0)
     ap.add_argument("--run-dir", type=Path, default=None,
                     help="a bed that is up (scripts/kube-bed up --run-dir RUN)")
+    ap.add_argument("--bare", action="store_true",
+                    help="a bare kube-apiserver of its own instead of the bed")
     args = ap.parse_args()
+    if args.bare:
+        with tempfile.TemporaryDirectory(prefix="bench-kube-bare-") as tmp, \
+                bare_plane(Path(tmp)) as (kube, kubeconfig):
+            kube.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
+                                               "metadata": {"name": NS}})
+            for n in args.nodes:
+                print(json.dumps(measure(kube, kubeconfig, n, args.devices, args.wait)),
+                      flush=True)
+        return 0
     _, bed = load_scripts()
     run = args.run_dir
     own = run is None

@@ -8,16 +8,20 @@ from typing import Any, Optional
 import pytest
 
 from ascend_node.rendezvous.kube_docs import (
+    asked_to_look,
     attempt_state,
     first_denied,
     needed_calls,
     progress_state,
     review_rules,
+    settle_value,
     slot_state,
 )
 from ascend_node.rendezvous.kube_layout import (
+    SETTLE_ANNOTATION,
     JobIdentity,
     document_object,
+    follower_selector,
     rbac_objects,
     role_rules,
 )
@@ -119,9 +123,10 @@ def without(verb: str) -> list[dict[str, Any]]:
     (without("update"), 2, ("update", "job-rdzv-node-2")),
     (without("create"), 1, ("create", None)),
     (without("watch"), 0, ("watch", None)),
-    (without("watch"), 1, ("watch", "job-rdzv-attempt")),
+    # a follower watches its attempt and progress objects by label (`follower_selector`)
+    (without("watch"), 1, ("watch", None)),
     (without("list"), 0, ("list", None)),
-    ([], 1, ("list", "job-rdzv-attempt")),
+    ([], 1, ("list", None)),
     # a Role rendered for 2 pods does not name node 3's slot
     ([r.as_rbac() for r in role_rules("job", 2)], 3, ("get", "job-rdzv-node-3")),
     # another job's Role allows none of this job's names
@@ -132,8 +137,8 @@ def without(verb: str) -> list[dict[str, Any]]:
     # wildcards, as a cluster-admin's rules come
     ([{"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"]}], 0, None),
     # the right verbs on another resource or group grant nothing
-    ([{**r, "resources": ["secrets"]} for r in RENDERED], 1, ("list", "job-rdzv-attempt")),
-    ([{**r, "apiGroups": ["apps"]} for r in RENDERED], 1, ("list", "job-rdzv-attempt")),
+    ([{**r, "resources": ["secrets"]} for r in RENDERED], 1, ("list", None)),
+    ([{**r, "apiGroups": ["apps"]} for r in RENDERED], 1, ("list", None)),
 ])
 def test_first_denied(rules: list[dict[str, Any]], index: int,
                       denied: Optional[tuple[str, Optional[str]]]) -> None:
@@ -160,3 +165,38 @@ def test_review_rules(status: dict[str, Any], expected: Any) -> None:
         assert isinstance(got, str) and expected in got
     else:
         assert got == expected
+
+
+def _settle(value: Any) -> dict[str, Any]:
+    obj = document_object(JOB, "progress", progress_json="{}")
+    obj["metadata"]["annotations"] = {SETTLE_ANNOTATION: value}
+    return obj
+
+
+@pytest.mark.parametrize("obj, attempt, index, asked", [
+    (_settle(settle_value("a1", "n1", [2, 1])), "a1", 2, "a1 n1 1,2"),
+    (_settle(settle_value("a1", "n1", [2, 1])), "a1", 1, "a1 n1 1,2"),
+    (_settle(settle_value("a1", "n1", [2, 1])), "a1", 3, None),    # not this slot
+    (_settle(settle_value("a1", "n1", [12])), "a1", 1, None),      # 1 is not 12
+    (_settle(settle_value("a0", "n1", [2])), "a1", 2, None),       # an earlier attempt's
+    (_settle("a1 2"), "a1", 2, None),                              # does not parse
+    (_settle(7), "a1", 2, None),
+    (document_object(JOB, "progress", progress_json="{}"), "a1", 2, None),
+    (None, "a1", 2, None),
+])
+def test_asked_to_look(obj: Optional[dict[str, Any]], attempt: str, index: int,
+                       asked: Optional[str]) -> None:
+    """A follower looks at its slot again only when node 0's settle annotation names it in
+    its attempt; each settle has a new nonce, so a second one asks again."""
+    assert asked_to_look(obj, attempt, index) == asked
+
+
+def test_settles_differ_by_their_nonce() -> None:
+    assert settle_value("a1", "n1", [2]) != settle_value("a1", "n2", [2])
+
+
+def test_a_follower_watches_its_attempt_and_progress_objects_only() -> None:
+    assert follower_selector(JOB) == (
+        f"ascend-node.io/job-uid={JOB.uid},ascend-node.io/object in (attempt,progress)")
+    pd = JobIdentity("ns", "svc", JOB.uid, "prefill-0")
+    assert follower_selector(pd).endswith(",ascend-node.io/instance=prefill-0")

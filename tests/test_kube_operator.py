@@ -168,3 +168,55 @@ def test_doctor_checks_a_jobs_role_binding_and_objects_from_a_kubeconfig(
     assert broken["kube.binding"].startswith("ok")
     unasked = agent("doctor", "--job", job.name, "--kubeconfig", str(config))
     assert unasked.returncode == 2 and "use it with --rendezvous kube" in unasked.stderr
+
+
+def test_report_draws_a_jobs_timeline_from_the_pods_summaries_in_the_api(
+        tmp_path: Path, plane: Plane, admin: Client) -> None:  # noqa: F811
+    """`report --rendezvous kube --job J` (issue 38, item 1): each pod leaves its timeline
+    summary in its own slot object when its rendezvous ends (`summary.json` beside
+    `slot.json`, within the Role's get/update of its slot), and the operator draws the same
+    report as on the volume from a kubeconfig: every pod's row, the table decided; a pod
+    whose rendezvous failed shows its exit code and cause."""
+    from ascend_node.rendezvous.kube_participant import get_object
+    from ascend_node.sim.cluster import launch
+    from tests.test_kube_rendezvous import grant, kube_nodes
+
+    config = kubeconfig(tmp_path, plane)
+    job = JobIdentity(NS, "report-2", str(uuid.uuid4()))
+    token = grant(plane, admin, job.name, 2)
+
+    def report(*extra: str) -> subprocess.CompletedProcess[str]:
+        return agent("report", "--rendezvous", "kube", "--job", job.name, "--kubeconfig",
+                     str(config), *extra)
+
+    none = report()
+    assert none.returncode == 1 and "no rendezvous objects of job report-2" in none.stderr, \
+        none.stderr
+    alone = kube_nodes(tmp_path / "alone", plane, token, job.name, job.uid, 2, timeout=8)
+    results = launch(alone[:1], 60)  # node 0 alone: it waits for node 1, then exits 4
+    assert results[0].exit_code == 4, results[0].stderr[-2000:]
+    failed = report("--json")
+    assert failed.returncode == 0, failed.stderr
+    view = json.loads(failed.stdout)
+    [summary] = view["summaries"]
+    assert (summary["global_index"], summary["state"], summary["exit_code"]) == (0, "failed", 4)
+    assert "missing: worker 0 (node 1)" in summary["cause"]
+
+    made = kube_nodes(tmp_path / "both", plane, token, job.name, job.uid, 2, timeout=60)
+    results = launch(made, 90)
+    assert [r.exit_code for r in results] == [0, 0], [r.stderr[-2000:] for r in results]
+    done = report("--json")
+    assert done.returncode == 0, done.stderr
+    view = json.loads(done.stdout)
+    assert sorted((s["global_index"], s["state"]) for s in view["summaries"]) == [
+        (0, "table"), (1, "table")]
+    attempt = {s["attempt_id"] for s in view["summaries"]}
+    assert len(attempt) == 1 and view["decision"] == "table", view
+    assert all(s["phases"] for s in view["summaries"])  # the timeline's bars
+    text = report()
+    assert text.returncode == 0 and "table" in text.stdout, text.stderr
+    # the slot still holds the member document node 0 decided on, beside the summary
+    slot = get_object(admin, object_name(job.name, "node", 1))
+    assert slot is not None and set(slot["data"]) == {"slot.json", "summary.json"}
+    unasked = agent("report", "--job", job.name, "--kubeconfig", str(config))
+    assert unasked.returncode == 2 and "use it with --rendezvous kube" in unasked.stderr

@@ -303,7 +303,9 @@ KUBE_MODULES = ["ascend_node.chain.kube_failures", "ascend_node.chain.kube_table
                 "ascend_node.kube", "ascend_node.kube.client",
                 "ascend_node.kube.config", "ascend_node.kube.errors", "ascend_node.kube.mirror",
                 "ascend_node.kube.resources", "ascend_node.rendezvous.kube_docs",
-                "ascend_node.rendezvous.kube_layout", "ascend_node.rendezvous.kube_participant"]
+                "ascend_node.rendezvous.kube_layout", "ascend_node.rendezvous.kube_participant",
+                # after the rendezvous: the pod's timeline summary into its slot (`report`)
+                "ascend_node.rendezvous.kube_summary"]
 
 
 def test_the_api_path_imports_the_volumes_modules_and_the_client_only(
@@ -434,3 +436,34 @@ def test_two_live_pods_claiming_one_index_end_with_5(
     assert [r.exit_code for r in results] == [5, 5, 5, 5], explain(results)
     assert "two live pods claim worker 1 (node 2)" in results[0].cause, explain(results)
     assert max(r.seconds for r in results) < 45, explain(results)
+
+
+def watches_of(result: NodeResult) -> int:
+    found = re.findall(r"rendezvous through the API: \d+ requests \((\d+) watches\)",
+                       result.stderr)
+    assert found, result.stderr[-2000:]
+    return int(found[-1])
+
+
+def test_a_waiting_follower_costs_one_watch_per_progress_interval_and_nothing_more(
+        tmp_path: Path, plane: Plane, admin: Client) -> None:
+    """What a pod costs the API server while it waits (issue 38, item 5; docs/benchmarks.md):
+    the watch of its attempt and progress objects, opened again every progress interval
+    (`timeoutSeconds`, so the deadline and the progress lines keep their cadence), and no
+    read per interval — not of its slot (node 0 asks a contested slot's pod to look, the
+    settle annotation) nor of node 0's progress (the watch brings it). Its other calls are
+    the fixed ones (review, list, its slot's read and create, ...) however long it waits."""
+    job = JobIdentity(NS, "waiting-3", str(uuid.uuid4()))
+    token = grant(plane, admin, job.name, 3)
+    made = kube_nodes(tmp_path, plane, token, job.name, job.uid, 3, timeout=16,
+                      ASCEND_NODE_PROGRESS_INTERVAL="1")
+    results = launch(made[:2], 90)  # worker 1 (node 2) never starts
+    assert [r.exit_code for r in results] == [4, 4], explain(results)
+    follower = results[1]
+    requests, watches = requests_of(follower), watches_of(follower)
+    # ~14 intervals of waiting: before, each cost a watch, a read of the slot and one of
+    # the progress (~3 per interval, ~45 in all); now one watch per interval.
+    assert watches >= 5, explain(results)  # it did wait (a loaded machine starts late)
+    assert requests - watches <= 8, (requests, watches, explain(results))
+    assert "waiting for the table of attempt" in follower.cause, explain(results)
+    assert "waiting for worker 1 (node 2)" in follower.cause, explain(results)

@@ -42,7 +42,7 @@ from ascend_node.kube.resources import CONFIGMAPS
 from ascend_node.preflight.policy import node0_judge
 from ascend_node.preflight.probe import HealthProbe, NodeProbe
 from ascend_node.preflight.record import record_cluster
-from ascend_node.rendezvous.kube_layout import job_identity, object_name
+from ascend_node.rendezvous.kube_layout import JobIdentity, job_identity, object_name
 from ascend_node.rendezvous.kube_participant import (
     KubeRendezvous,
     node0_failure,
@@ -139,6 +139,7 @@ def ranktable_through_api(
                 aid = publish_failure(client, job, run_id, identity, exc.cause, wait)
             if aid:
                 log.info("published this node's failure into attempt %s", aid)
+            leave_kube_summary(client, job, run_id, identity, command, "failed", aid, exc)
         raise
     write_status(settings.state_dir, status.replace(phase="rendezvous", node=identity.name))
     log.info("%d devices (%s), pod IP %s; joining vcjob %s/%s through the API as %s of %d",
@@ -150,6 +151,7 @@ def ranktable_through_api(
         progress_interval=settings.progress_interval,
         allow_uneven_devices=settings.allow_uneven_devices,
         table_version=settings.table_version, health=health, judge=node0_judge(preflight))
+    failure: Optional[AscendNodeError] = None
     try:
         with events.phase("rendezvous", node=identity.name, nodes=identity.node_count,
                           store="kube") as detail:
@@ -158,9 +160,15 @@ def ranktable_through_api(
             detail["api_requests"] = client.requests
             if outcome.warnings:
                 detail["preflight_warnings"] = len(outcome.warnings)
+    except AscendNodeError as exc:
+        failure = exc
+        raise
     finally:
         log.info("rendezvous through the API: %d requests (%d watches) to %s",
                  client.requests, client.watches, client.endpoint.server)
+        if failure is not None:  # after the count: the summary is not the rendezvous'
+            leave_kube_summary(client, job, run_id, identity, command, "failed", None,
+                               failure)
         client.close()
     cluster = record_cluster(settings.state_dir, preflight, outcome.warnings,
                              probe_seconds, probe_wait,
@@ -175,7 +183,39 @@ def ranktable_through_api(
     seconds = time.monotonic() - started
     log.info("rank table ready (attempt %s, %d servers, world size %s) in %.2f s",
              outcome.attempt_id, len(table["server_list"]), env["WORLD_SIZE"], seconds)
+    leave_kube_summary(client, job, run_id, identity, command, "table", outcome.attempt_id)
     # Where the shared copy is: the first part's path in the API (`ranktable --json`).
     shared = Path(CONFIGMAPS.path(job.namespace, object_name(job.scope, "table", 0)))
     return TableResult(found, run_id, outcome.attempt_id, table, outcome.ranktable_text, env,
                        shared, seconds, started, preflight, cluster, None, on_volume=False)
+
+
+def leave_kube_summary(client: Client, job: JobIdentity, run_id: str, identity: NodeIdentity,
+                       command: str, state: str, attempt_id: Optional[str],
+                       exc: Optional[BaseException] = None) -> None:
+    """This pod's timeline summary into its slot object (`rendezvous.kube_summary`), for
+    `report --rendezvous kube`: the volume's document, on the pod's own clock (no shared
+    file to stamp it: nodes' clocks are NTP's). After a failure the attempt is the one the
+    attempt object names. Never raises, never waits more than 5 s a call."""
+    started = time.time()
+    outcome = "failed"
+    try:
+        from ascend_node.rendezvous import kube_docs
+        from ascend_node.rendezvous.kube_participant import get_object
+        from ascend_node.rendezvous.kube_summary import put_summary
+        from ascend_node.report.record import summary_document
+
+        client.timeout = 5.0
+        if attempt_id is None:
+            attempt, _, _ = kube_docs.attempt_state(
+                job, get_object(client, object_name(job.scope, "attempt")), run_id)
+            attempt_id = attempt.attempt_id if attempt is not None else None
+        doc = summary_document(run_id, identity, command, state,  # type: ignore[arg-type]
+                               attempt_id, (0.0, 0.0, "local"), None, exc)
+        text = json.dumps(doc, separators=(",", ":")) + "\n"
+        if put_summary(client, job, identity.global_index, text):
+            outcome = "ok"
+    except Exception as err:  # the summary never changes the outcome
+        log.debug("no timeline summary: %s: %s", err.__class__.__name__, err)
+    finally:
+        events.record("summary", started, time.time(), outcome, state=state)

@@ -212,10 +212,37 @@ def report(
         show_default=False)] = None,
     width: Annotated[int, typer.Option("--width", min=20, max=400,
                                        help="Time cells of the text timeline")] = 60,
+    rendezvous: RendezvousOpt = None, job: KubeJob = None, kubeconfig: Kubeconfig = None,
+    context: KubeContext = None, namespace: KubeNamespace = None,
     json_out: Json = False, debug: Debug = False,
 ) -> None:
-    """Every node's start on one time axis: who arrived last and why (read-only)."""
+    """Every node's start on one time axis: who arrived last and why (read-only). With
+    --rendezvous kube --job J: from the pods' summaries in the API (the operator's
+    kubeconfig)."""
     with exit_codes(debug_on(debug)):
+        through_api = settings_from(False, rendezvous=rendezvous).rendezvous == "kube"
+        if job is not None and not through_api:
+            from ascend_node.errors import UsageError
+
+            raise UsageError("--job reads a job's timeline through the API",
+                             "use it with --rendezvous kube")
+        if through_api:
+            from ascend_node.errors import UsageError
+            from ascend_node.report.cli import render_report
+            from ascend_node.report.kube_collect import collect_from_api
+
+            if not job:
+                raise UsageError("report --rendezvous kube needs --job: the vcjob whose "
+                                 "timeline to draw", "e.g. report --rendezvous kube --job "
+                                 "llama --namespace team-a")
+            client = _operator_client(kubeconfig, context, namespace)
+            doc, text = render_report(collect_from_api(client, job, run_id, attempt), html,
+                                      width)
+            if json_out:
+                emit(doc)
+            else:
+                out(text)
+            return
         from ascend_node.chain.table import require_rendezvous_settings
         from ascend_node.rendezvous.volume_call import OPERATOR_WAIT, bounded
         from ascend_node.report.cli import run_report

@@ -23,6 +23,7 @@ from pydantic import TypeAdapter, ValidationError
 from ascend_node.rendezvous import decide
 from ascend_node.rendezvous.kube_layout import (
     MAX_PARTS,
+    SETTLE_ANNOTATION,
     JobIdentity,
     ObjectRefused,
     object_name,
@@ -108,6 +109,29 @@ def progress_state(job: JobIdentity, obj: Optional[Mapping[str, Any]], run_id: s
     return doc
 
 
+def settle_value(attempt_id: str, nonce: str, indexes: Sequence[int]) -> str:
+    """The settle annotation node 0 writes on the progress object: a new nonce each time,
+    so that every settle is a change the followers' watch delivers."""
+    return f"{attempt_id} {nonce} {','.join(str(g) for g in sorted(indexes))}"
+
+
+def asked_to_look(obj: Optional[Mapping[str, Any]], attempt_id: str, index: int
+                  ) -> Optional[str]:
+    """The settle annotation on the progress object `obj` when it asks slot `index` of
+    attempt `attempt_id` to be looked at again (its value: the caller looks once per
+    value), else None. Whatever does not parse asks nothing: the slot's pod then finds a
+    twin only if node 0 asks, and node 0 completes or aborts on what the slots hold."""
+    if obj is None:
+        return None
+    value = ((obj.get("metadata") or {}).get("annotations") or {}).get(SETTLE_ANNOTATION)
+    if not isinstance(value, str):
+        return None
+    fields = value.split(" ")
+    if len(fields) != 3 or fields[0] != attempt_id:
+        return None
+    return value if str(index) in fields[2].split(",") else None
+
+
 # -- the Role, checked before any wait -----------------------------------------------------
 
 Needed = tuple[str, Optional[str]]  # (verb, object name; None: every ConfigMap, a selector)
@@ -116,8 +140,8 @@ Needed = tuple[str, Optional[str]]  # (verb, object name; None: every ConfigMap,
 def needed_calls(job: str, index: int, node_count: int) -> list[Needed]:
     """Every call on configmaps this pod's role makes, in the order it first makes them.
     Node 0: its attempt, slot, parts and progress; it lists and watches the slots by label.
-    A follower: its own slot, the attempt object (watched by name; read by a list narrowed
-    to its name), the table's parts (read by name)."""
+    A follower: the attempt and progress objects (listed and watched by label,
+    `follower_selector`), its own slot, the table's parts (read by name)."""
     attempt = object_name(job, "attempt")
     slot = object_name(job, "node", index)
     if index == 0:
@@ -127,9 +151,8 @@ def needed_calls(job: str, index: int, node_count: int) -> list[Needed]:
                 + [("get", p) for p in parts] + [("update", p) for p in parts]
                 + [("get", object_name(job, "progress")),
                    ("update", object_name(job, "progress"))])
-    return [("list", attempt), ("watch", attempt), ("get", slot), ("create", None),
-            ("update", slot), ("get", object_name(job, "table", 0)),
-            ("get", object_name(job, "progress"))]
+    return [("list", None), ("watch", None), ("get", slot), ("create", None),
+            ("update", slot), ("get", object_name(job, "table", 0))]
 
 
 def _allows(rule: Mapping[str, Any], verb: str, name: Optional[str]) -> bool:

@@ -33,6 +33,9 @@ JOB_NAME_LABEL = "ascend-node.io/job-name"
 OBJECT_LABEL = "ascend-node.io/object"
 NODE_LABEL = "ascend-node.io/node"
 PART_LABEL = "ascend-node.io/part"
+# On the progress object while node 0 settles a contested set: "<attempt> <nonce> <g,...>",
+# the slots whose pods must look at them again (`kube_docs.asked_to_look`).
+SETTLE_ANNOTATION = "ascend-node.io/settle"
 
 # The downward API's view of Volcano's annotations (the manifest maps them; job_controller_util.go).
 JOB_NAME_ENV = "ASCEND_NODE_JOB_NAME"      # metadata.annotations['volcano.sh/job-name']
@@ -42,6 +45,7 @@ POD_GROUP_ENV = "ASCEND_NODE_POD_GROUP"    # metadata.annotations['scheduling.k8
 CONFIGMAP_LIMIT = 1 << 20      # validation.go: the sum of data and binaryData values
 PART_BYTES = 768 << 10         # one table part: room below the limit for the other keys
 MAX_TABLE_TEXT = 64 << 20      # a table larger than this after gunzip is refused (a bomb)
+SUMMARY_BYTES = 64 << 10       # a pod's timeline summary (report.record.MAX_SUMMARY_BYTES)
 MAX_PARTS = 8                  # 6 MiB of gzip: ~90 MiB of table; a Role names each part
 KINDS = ("attempt", "node", "table", "progress")
 
@@ -80,6 +84,15 @@ class JobIdentity:
 def slot_selector(job: JobIdentity) -> str:
     """The label selector of this job's (this instance's) slot objects."""
     return (f"{JOB_UID_LABEL}={job.uid},{OBJECT_LABEL}=node"
+            + (f",{INSTANCE_LABEL}={job.instance}" if job.instance else ""))
+
+
+def follower_selector(job: JobIdentity) -> str:
+    """The label selector a waiting follower watches: this job's (this instance's) attempt
+    and progress objects. One watch brings the attempt's changes, node 0's progress (the
+    follower's progress line, no read of its own) and node 0's call to look at a contested
+    slot (`SETTLE_ANNOTATION`), so a waiting pod costs one watch per progress interval."""
+    return (f"{JOB_UID_LABEL}={job.uid},{OBJECT_LABEL} in (attempt,progress)"
             + (f",{INSTANCE_LABEL}={job.instance}" if job.instance else ""))
 
 
@@ -234,7 +247,9 @@ def ownership_problem(job: JobIdentity, obj: Mapping[str, Any], kind: str) -> Op
 # (rendezvous/models.py), so the decisions (decide.py) are the volume's, word for word.
 KEYS: dict[str, tuple[str, ...]] = {
     "attempt": ("attempt.json", "outcome.json"),  # node 0: the attempt, then its outcome
-    "node": ("slot.json",),                       # node g: member, failure or conflict
+    # node g: member, failure or conflict; and its timeline summary for `report`, written
+    # once its rendezvous has ended (at most `SUMMARY_BYTES`, kube_summary.py)
+    "node": ("slot.json", "summary.json"),
     "progress": ("progress.json",),               # node 0: who is present, who is missing
 }
 
@@ -386,9 +401,10 @@ def role_rules(job: str, node_count: int,
         Rule(("get", "update"), names, "read and compare-and-set the job's own objects "
              "(update carries the resourceVersion read), and only those"),
         Rule(("list", "watch"), (), "node 0 lists and watches the slots by label, followers "
-             "watch the attempt object (a label selector cannot be restricted by name, and the "
-             "pods share one ServiceAccount): the pods can read the namespace's ConfigMaps, "
-             "which Kubernetes does not make confidential (Secrets are not covered)"),
+             "the attempt and progress objects (a label selector cannot be restricted by "
+             "name, and the pods share one ServiceAccount): the pods can read the "
+             "namespace's ConfigMaps, which Kubernetes does not make confidential "
+             "(Secrets are not covered)"),
     ]
 
 

@@ -45,9 +45,11 @@ from ascend_node.ranktable import build_rank_table, render_rank_table
 from ascend_node.rendezvous import decide, kube_docs
 from ascend_node.rendezvous.kube_layout import (
     MAX_PARTS,
+    SETTLE_ANNOTATION,
     JobIdentity,
     ObjectRefused,
     document_object,
+    follower_selector,
     join_table,
     object_name,
     slot_selector,
@@ -74,7 +76,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("ascend_node.rendezvous")
 
 ABORT_GRACE = 5.0  # as on the volume (`assembler.ABORT_GRACE`)
-SETTLE_MARGIN = 2.0  # seconds beyond a follower's re-read of its slot (a progress interval)
+SETTLE_MARGIN = 2.0  # seconds beyond a progress interval for the asked pods to look
 PROGRESS_EVERY = 1.0  # seconds between node 0's progress writes, at most one a second
 
 
@@ -437,11 +439,12 @@ class KubeRendezvous:
                                                          for m in verdict.members):
                     return self._complete(attempt_id, verdict.members, verdict.warnings)
                 # A contested slot (its pod found another pod's document there: a twin, or
-                # a re-created pod's predecessor): give the other pod a look at its slot
-                # (a follower re-reads it every progress interval) to leave a conflict
-                # document, and complete only if nothing changed meanwhile (the volume's
-                # settle pass, `assembler.SETTLE_POLLS`).
+                # a re-created pod's predecessor): ask the other pod to look at its slot
+                # (the settle annotation on the progress object, which every follower
+                # watches) and leave a conflict document, and complete only if nothing
+                # changed meanwhile (the volume's settle pass, `assembler.SETTLE_POLLS`).
                 settled = verdict.members
+                progress_obj = self._ask_to_look(attempt_id, verdict.members, progress_obj)
                 self.sleep(max(0.0, min(self.progress_interval + SETTLE_MARGIN,
                                         self.deadline - self.clock())))
                 # Afresh: the watch may have ended while node 0 slept, and what was
@@ -496,6 +499,30 @@ class KubeRendezvous:
                     "check that those pods are running and that their ServiceAccount can "
                     "reach the API server; exit 4 is retryable")
         raise AssertionError("the mirror's changes never end")  # pragma: no cover
+
+    def _ask_to_look(self, attempt_id: str, members: tuple[MemberDoc, ...],
+                     progress_obj: Optional[dict[str, Any]]) -> Optional[dict[str, Any]]:
+        """The progress object again, every pod present, with the settle annotation naming
+        the contested slots (a new nonce each time: always a change the watch delivers).
+        A follower no longer re-reads its slot every progress interval (issue 38: a
+        waiting pod's cost); it looks when asked. The progress object as written, or as
+        read after a lost race."""
+        contested = [m.data.global_index for m in members if m.contested]
+        doc = ProgressDoc(run_id=self.run_id, attempt_id=attempt_id,
+                          node_count=self.identity.node_count,
+                          present=tuple(sorted(m.data.global_index for m in members)),
+                          missing=())
+        for _ in range(3):
+            obj = document_object(self.job, "progress", progress_json=_json(doc))
+            obj["metadata"]["annotations"] = {SETTLE_ANNOTATION: kube_docs.settle_value(
+                attempt_id, secrets.token_hex(4), contested)}
+            written = self._put(obj, progress_obj)
+            if written is not None:
+                log.info("slot(s) %s contested: asked their pods to look before completing",
+                         ",".join(map(str, contested)))
+                return written
+            progress_obj = self._get(self._name("progress"))
+        return progress_obj
 
     def _complete(self, attempt_id: str, members: tuple[MemberDoc, ...],
                   warnings: tuple[str, ...]) -> OutcomeDoc:
@@ -555,22 +582,25 @@ class KubeRendezvous:
 
     def _follow(self) -> OutcomeDoc:
         name = self._name("attempt")
-        mirror = Mirror(self.client, CONFIGMAPS, field_selector=f"metadata.name={name}",
+        mirror = Mirror(self.client, CONFIGMAPS, label_selector=follower_selector(self.job),
                         tick=self._tick())
+        looked: Optional[str] = None
         published_in: Optional[str] = None
         last_log = -1e9
         seen: Optional[str] = None
         my_state: decide.SlotState = None
         action: decide.FollowerAction = decide.WaitAttempt("node 0 has not opened an attempt yet")
         attempt: Optional[AttemptDoc] = None
-        for change in mirror.changes():
+        for _change in mirror.changes():
             mirror.tick = self._tick()
             current = mirror.objects.get(name)
             version = None if current is None else current["metadata"].get("resourceVersion")
-            # Every progress interval (a TICK) a pod that has published looks at its slot
-            # again: a twin that overwrote it is found while node 0 settles.
-            if version != seen or (change.kind == "TICK" and published_in is not None):
-                seen = version
+            # A pod that has published looks at its slot again when node 0 asks (it settles
+            # a contested slot: a twin that overwrote it is found then), not every interval.
+            ask = (None if published_in is None else kube_docs.asked_to_look(
+                mirror.objects.get(self._name("progress")), published_in, self.index))
+            if version != seen or (ask is not None and ask != looked):
+                seen, looked = version, ask or looked
                 attempt, outcome, refused = kube_docs.attempt_state(self.job, current,
                                                                     self.run_id)
                 if refused:
@@ -599,10 +629,11 @@ class KubeRendezvous:
             now = self.clock()
             if now - last_log >= self.progress_interval:
                 last_log = now
-                log.info("%s", self._waiting_line(action, attempt))
+                log.info("%s", self._waiting_line(action, attempt, mirror))
             if now >= self.deadline:
                 raise PeerTimeout(
-                    f"timed out after {self.timeout:g} s: {self._waiting_line(action, attempt)}",
+                    f"timed out after {self.timeout:g} s: "
+                    f"{self._waiting_line(action, attempt, mirror)}",
                     "check node 0's pod and the pods named; exit 4 is retryable")
         raise AssertionError("the mirror's changes never end")  # pragma: no cover
 
@@ -619,12 +650,12 @@ class KubeRendezvous:
                 return
 
     def _waiting_line(self, action: decide.FollowerAction,
-                      attempt: Optional[AttemptDoc]) -> str:
+                      attempt: Optional[AttemptDoc], mirror: Mirror) -> str:
         if isinstance(action, decide.WaitAttempt):
             return f"waiting for {node_name(0, self.identity.master_count)}: {action.reason}"
         if attempt is None:
             return "waiting for node 0 to open an attempt"
-        progress = kube_docs.progress_state(self.job, self._get(self._name("progress")),
+        progress = kube_docs.progress_state(self.job, mirror.objects.get(self._name("progress")),
                                             self.run_id, attempt.attempt_id)
         if progress is None:
             return (f"waiting for the table of attempt {attempt.attempt_id} "

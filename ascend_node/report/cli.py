@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from ascend_node.errors import ConfigError
-from ascend_node.report.collect import collect
+from ascend_node.report.collect import Collected, collect
 from ascend_node.report.html import render_html
 from ascend_node.report.text import render_text
 from ascend_node.report.timeline import Timeline, build_timeline
@@ -16,7 +16,13 @@ from ascend_node.report.timeline import Timeline, build_timeline
 def run_report(shared_dir: Path, run_id: str, attempt: Optional[str] = None,
                html: Optional[Path] = None, width: int = 60) -> tuple[dict[str, Any], str]:
     """(the `--json` document, the text timeline); writes `html` when given."""
-    got = collect(shared_dir, run_id, attempt)
+    return render_report(collect(shared_dir, run_id, attempt), html, width)
+
+
+def render_report(got: Collected, html: Optional[Path] = None, width: int = 60
+                  ) -> tuple[dict[str, Any], str]:
+    """What `run_report` does with what was collected (from the volume, or from the API:
+    `report.kube_collect`)."""
     tl = build_timeline(got)
     if html is not None:
         write_page(html, render_html(tl))

@@ -166,10 +166,21 @@ def build_summary(
     """The document (reads the slot's mtime and the process starts; writes nothing)."""
     from ascend_node.rendezvous.store import file_mtime_ns
 
-    off = clock[0]
-    pid1, why, own = container_start()
     published = (file_mtime_ns(paths.slot(attempt_id, identity.global_index))
                  if attempt_id else None)
+    return summary_document(paths.run_id, identity, command, state, attempt_id, clock,
+                            published, exc, run_events)
+
+
+def summary_document(
+    run_id: str, identity: NodeIdentity, command: str, state: SummaryState,
+    attempt_id: Optional[str], clock: tuple[float, float, str], published: Optional[int],
+    exc: Optional[BaseException] = None, run_events: Optional[list[dict[str, Any]]] = None,
+) -> dict[str, Any]:
+    """The document from what the caller read: `published` is the slot's publication in
+    ns on the summary's clock (None: not known; through the API there is no file mtime)."""
+    off = clock[0]
+    pid1, why, own = container_start()
     exit_code, cause = None, ""
     if exc is not None:
         detail = events.failure_detail(exc)
@@ -180,7 +191,7 @@ def build_summary(
     warning = next((str(e.get("warning", ""))[:MAX_WARNING] for e in kept
                     if e.get("phase") == events.WARNING_PHASE), "")
     return {
-        "schema_version": 1, "kind": "node-summary", "run_id": paths.run_id,
+        "schema_version": 1, "kind": "node-summary", "run_id": run_id,
         "attempt_id": attempt_id, "global_index": identity.global_index,
         "name": identity.name[:64], "node_count": identity.node_count,
         "pod_ip": identity.pod_ip[:64], "agent_version": __version__[:64],
