@@ -433,3 +433,141 @@ def test_training_meets_through_the_api_and_starts_msrun(agent: AgentBed) -> Non
             assert f"--master_addr={master['status']['podIP']}" in args, args
             assert "--worker_num=16" in args and f"--node_rank={index}" in args, args
             assert args[-3:] == ["train.py", "--config", "c.yaml"], args
+
+
+def test_mindie_pd_meets_through_the_api_with_no_claim(agent: AgentBed) -> None:
+    """`manifest --kind mindie-pd --rendezvous kube` (1 prefill instance of 2 pods, 1 decode
+    of 1, as test_kube_jobs' PD test, which runs over the volume): applied as printed plus
+    each node's local disk for the weights and the Motor fakes, no claim anywhere. Every pod
+    Ready; each instance's pods meet in their own objects, the coordinator and controller in
+    theirs, the controller pod's table writer builds the global table from the API into the
+    pod's own state directory, and the (fake) controller accepts that table. A failed decode
+    pod is not retried on Volcano v1.10.0 (no RestartTask: docs/kube-node-agent.md,
+    test_kube_jobs proves it over the volume), so nothing here relies on a task restart."""
+    from ascend_node.pd.motor_rules import check_global_table, flags_from_controller_config
+
+    run_id = "pd-1"
+    with KubeRun(agent, "kr-pd", "pd", "--kind", "mindie-pd", "--run-id", run_id,
+                 "--prefill", "1", "--prefill-pods", "2", "--decode", "1",
+                 "--decode-pods", "1", "--model-dir", WEIGHTS) as run:
+        pods = run.wait_ready(5)
+        print(f"mindie-pd 5 pods through the API: apply -> {run.timeline.summary()}")
+        ip = {p["metadata"]["name"]: p["status"]["podIP"] for p in pods}
+        by_name = {p["metadata"]["name"]: p for p in pods}
+        for pod in pods:
+            assert pod["spec"]["serviceAccountName"] == "pd-ascend-node"
+        (cm,) = [o for o in run.objs if o["kind"] == "ConfigMap"]
+        config = json.loads(cm["data"]["ms_controller.json"])
+        path = config["global_rank_table_file_path"]
+        assert path.startswith("/run/ascend-node/")  # the pod's emptyDir, no shared volume
+        controller = by_name["pd-controller-0"]
+
+        def table() -> Any:
+            done = agent.exec(controller, "cat", path)
+            if done.returncode:
+                return None
+            doc = json.loads(done.stdout)
+            return doc if [g["group_id"] for g in doc["server_group_list"]] == [
+                "0", "1", "2", "3"] else None
+        doc = run.wait("the global table in the controller pod", table, 120)
+        assert check_global_table(doc, flags_from_controller_config(config)) == []
+        groups = {g["group_id"]: [s["server_ip"] for s in g["server_list"]]
+                  for g in doc["server_group_list"]}
+        assert groups == {"0": [ip["pd-coordinator-0"]], "1": [ip["pd-controller-0"]],
+                          "2": [ip["pd-prefill-0-0"], ip["pd-prefill-0-1"]],
+                          "3": [ip["pd-decode-0-0"]]}
+        # the controller process itself was handed that path and accepted the table: the
+        # fake Motor controller's record (its path check: mode, owner; its loader's rules),
+        # on its node's local disk
+        records = Path(node_roots(agent)[controller["spec"]["nodeName"]], NODE_WEIGHTS,
+                       SIM_DIR)
+
+        def accepted() -> Any:
+            for f in records.glob("*.jsonl"):
+                for line in f.read_text().splitlines():
+                    rec = json.loads(line)
+                    if rec.get("event") == "accepted" and rec.get("groups") == [
+                            "0", "1", "2", "3"]:
+                        return rec
+            return None
+        rec = run.wait("the controller accepts the global table", accepted, 120)
+        assert rec["path"] == path and rec["prefill"] + rec["decode"] + rec[
+            "undecided"] == 2, rec
+        # each prefill pod holds its instance's table (2 servers), the decode pod its own
+        for name, count in (("pd-prefill-0-0", "2"), ("pd-prefill-0-1", "2"),
+                            ("pd-decode-0-0", "1")):
+            env = run.daemon_env(by_name[name])
+            assert env["ASCEND_NODE_RENDEZVOUS"] == "kube"
+            local = agent.exec(by_name[name], "cat", env["RANK_TABLE_FILE"])
+            assert local.returncode == 0, local.stderr
+            assert json.loads(local.stdout)["server_count"] == count, name
+        names = sorted(c["metadata"]["name"] for c in run.config_maps())
+        assert "pd.prefill-0-rdzv-attempt" in names and "pd.decode-0-rdzv-attempt" in names
+        assert "pd.pd-coordinator-0" in names and "pd.pd-controller-0" in names
+        job = agent.kube.get(agent.kube_bed.jobs_path(run.ns, "pd"))
+        for c in run.config_maps():
+            if c["metadata"]["name"].startswith("pd."):
+                (owner,) = c["metadata"]["ownerReferences"]
+                assert owner["uid"] == job["metadata"]["uid"], c["metadata"]["name"]
+
+
+def test_the_init_container_variant_meets_through_the_api(agent: AgentBed) -> None:
+    """`manifest --init-container --rendezvous kube`: the `ranktable` init container (the
+    agent's image) meets the peers through the API under the job's ServiceAccount - the
+    admission plugin's projected token is mounted in every container of the pod, init
+    containers too - and leaves the table, master and world size in the pod's emptyDir for
+    the server's image, which has no agent. Every pod Ready only once MindIE loaded, one
+    table on every pod, no claim. (Was refused by `manifest`, exit 2, as not rendered.)"""
+    shipped = json.loads((Path(__file__).resolve().parent.parent /
+                          "ascend_node/sim/data/mindie-config.json").read_text())
+    shipped["ServerConfig"]["httpsEnabled"] = False
+    run = KubeRun(agent, "kr-init", "ij", "--kind", "mindie", "--nodes", "2",
+                  "--model-dir", WEIGHTS, "--init-container", "--init-image",
+                  "localhost/ascend-node-init:test")
+    for root in node_roots(agent).values():
+        # the platform's MindIE config.json (the server image has no agent to patch one),
+        # named with MindIE's own variable, as test_kube_jobs' init-container variant does
+        target = root / NODE_WEIGHTS / SIM_DIR / "mindie-config.json"
+        target.write_text(json.dumps(shipped))
+        target.chmod(0o640)
+    docs = []
+    for obj in run.objs:
+        if obj["kind"] == "Job":
+            for task in obj["spec"]["tasks"]:
+                spec = task["template"]["spec"]
+                assert spec["serviceAccountName"] == "ij-ascend-node"
+                (init,) = spec["initContainers"]
+                assert {"name": "ASCEND_NODE_RENDEZVOUS", "value": "kube"} in init["env"]
+                for c in spec["containers"]:
+                    c.setdefault("env", []).append(
+                        {"name": "MIES_CONFIG_JSON_PATH",
+                         "value": f"{WEIGHTS}/{SIM_DIR}/mindie-config.json"})
+        docs.append(yaml.safe_dump(obj, sort_keys=False))
+    run.text = "---\n".join(docs)
+    with run:
+        pods = run.wait_ready(2)
+        print(f"init-container through the API: apply -> {run.timeline.summary()}")
+        ips = {p["metadata"]["name"]: p["status"]["podIP"] for p in pods}
+        tables = set()
+        for pod in pods:
+            (st,) = pod["status"]["initContainerStatuses"]
+            assert st["state"]["terminated"]["exitCode"] == 0, st
+            loaded = run.loaded_at(pod)
+            assert loaded and epoch(ready_at(pod)) >= int(loaded)
+            env = run.daemon_env(pod)  # the server's, from source_mul_env.sh
+            assert env["MIES_CONTAINER_IP"] == pod["status"]["podIP"]
+            assert env["MASTER_IP"] == ips["ij-master-0"]
+            assert env["WORLD_SIZE"] == "16"
+            assert "ASCEND_NODE_RENDEZVOUS" not in env  # the server's image has no agent
+            table = agent.exec(pod, "cat", env["RANK_TABLE_FILE"])
+            assert table.returncode == 0, table.stderr
+            tables.add(table.stdout)
+        assert len(tables) == 1, "every pod must hold the same table"
+        assert sorted(s["container_ip"] for s in json.loads(tables.pop())["server_list"]) \
+            == sorted(ips.values())
+        job = agent.kube.get(agent.kube_bed.jobs_path(run.ns, "ij"))
+        mine = [c for c in run.config_maps() if c["metadata"]["name"].startswith("ij-rdzv-")]
+        assert mine
+        for cm in mine:
+            (owner,) = cm["metadata"]["ownerReferences"]
+            assert owner["uid"] == job["metadata"]["uid"], cm["metadata"]["name"]
