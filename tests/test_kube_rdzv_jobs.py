@@ -571,3 +571,46 @@ def test_the_init_container_variant_meets_through_the_api(agent: AgentBed) -> No
         for cm in mine:
             (owner,) = cm["metadata"]["ownerReferences"]
             assert owner["uid"] == job["metadata"]["uid"], cm["metadata"]["name"]
+
+
+def test_the_api_server_restarted_mid_rendezvous_the_pods_complete(agent: AgentBed) -> None:
+    """A 2-pod `--rendezvous kube` Job whose worker's node pulls its image slowly: once the
+    master has opened its attempt in the API and waits for the worker, the bed's
+    kube-apiserver (only it: etcd, the controllers, Volcano and the nodes' agent run on) is
+    stopped for 20 s and started again. The master says the API server does not answer
+    and retries (a stuck volume's handling, docs/rendezvous.md); once it is back the worker
+    comes, both meet in the same attempt, hold one table and serve: no exit, no restart."""
+    slow = Path(agent.containers.work) / "kube-nodes" / "slow-pulls"
+    slow.mkdir(parents=True, exist_ok=True)
+    mark = slow / "kr-apirestart_aj-worker-0"
+    mark.write_text("100")
+    try:
+        with KubeRun(agent, "kr-apirestart", "aj", "--kind", "mindie", "--nodes", "2",
+                     "--model-dir", WEIGHTS, "--timeout", "400") as run:
+            def waiting() -> Any:  # the master in its wait, its attempt in the API
+                if "running" not in run.timeline.seen.get("aj-master-0", {}):
+                    return None
+                try:
+                    return attempt_id(agent, run.ns, "aj")
+                except Exception:
+                    return None
+            first = run.wait("the master waiting in its attempt", waiting, 240)
+            # (the worker is still "pulling": ContainerCreating, not started)
+            assert "running" not in run.timeline.seen.get("aj-worker-0", {}), run.describe()
+            t0 = time.monotonic()
+            agent.kube_bed.stop_apiserver()
+            time.sleep(20)
+            agent.kube_bed.start_apiserver()
+            print(f"API server down {time.monotonic() - t0:.1f} s (20 s stopped + restart)")
+            pods = run.wait_ready(2, timeout=400)
+            print(f"apiserver restart: apply -> {run.timeline.summary()}")
+            assert not run.timeline.terminated, run.describe()
+            master = next(p for p in pods if p["metadata"]["name"] == "aj-master-0")
+            logs = agent.containers.podman("logs", agent.container(master), check=False)
+            said = logs.stdout + logs.stderr
+            assert "the API server does not answer" in said, said[-3000:]
+            assert attempt_id(agent, run.ns, "aj") == first  # the same attempt, met
+            assert not job_status(agent, run.ns, "aj").get("retryCount")
+            check_tables(agent, run, pods, 8)
+    finally:
+        mark.unlink(missing_ok=True)
