@@ -493,14 +493,21 @@ def test_mindie_pd_meets_through_the_api_with_no_claim(agent: AgentBed) -> None:
         rec = run.wait("the controller accepts the global table", accepted, 120)
         assert rec["path"] == path and rec["prefill"] + rec["decode"] + rec[
             "undecided"] == 2, rec
-        # each prefill pod holds its instance's table (2 servers), the decode pod its own
-        for name, count in (("pd-prefill-0-0", "2"), ("pd-prefill-0-1", "2"),
-                            ("pd-decode-0-0", "1")):
-            env = run.daemon_env(by_name[name])
-            assert env["ASCEND_NODE_RENDEZVOUS"] == "kube"
-            local = agent.exec(by_name[name], "cat", env["RANK_TABLE_FILE"])
-            assert local.returncode == 0, local.stderr
-            assert json.loads(local.stdout)["server_count"] == count, name
+        # each prefill pod holds its instance's table (2 servers, byte for byte the same on
+        # both), the decode pod its own: the local table in the pod's state directory (a PD
+        # server is given no RANK_TABLE_FILE: the controller hands out the global table)
+        local = {}
+        for name in ("pd-prefill-0-0", "pd-prefill-0-1", "pd-decode-0-0"):
+            assert run.daemon_env(by_name[name])["ASCEND_NODE_RENDEZVOUS"] == "kube"
+            done = agent.exec(by_name[name], "cat", "/run/ascend-node/ranktable.json")
+            assert done.returncode == 0, done.stderr
+            local[name] = done.stdout
+        assert local["pd-prefill-0-0"] == local["pd-prefill-0-1"]
+        for name, members in (("pd-prefill-0-0", ["pd-prefill-0-0", "pd-prefill-0-1"]),
+                              ("pd-decode-0-0", ["pd-decode-0-0"])):
+            servers = json.loads(local[name])["server_list"]
+            assert sorted(s["container_ip"] for s in servers) == sorted(
+                ip[m] for m in members), name
         names = sorted(c["metadata"]["name"] for c in run.config_maps())
         assert "pd.prefill-0-rdzv-attempt" in names and "pd.decode-0-rdzv-attempt" in names
         assert "pd.pd-coordinator-0" in names and "pd.pd-controller-0" in names
