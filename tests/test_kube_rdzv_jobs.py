@@ -616,6 +616,9 @@ def test_the_api_server_restarted_mid_rendezvous_the_pods_complete(agent: AgentB
             logs = agent.containers.podman("logs", agent.container(master), check=False)
             said = logs.stdout + logs.stderr
             assert "the API server does not answer" in said, said[-3000:]
+            for line in said.splitlines():  # what the master said of the outage
+                if "does not answer" in line or "rules review allowed" in line:
+                    print(f"master: {line[:400]}")
             assert attempt_id(agent, run.ns, "aj") == first  # the same attempt, met
             assert not job_status(agent, run.ns, "aj").get("retryCount")
             check_tables(agent, run, pods, 8)
