@@ -458,13 +458,15 @@ def heartbeat(run: Path) -> None:
     state = _load(run)
     names = state["nodes"]
     kube = client(run)
-    apiserver = state["pids"]["kube-apiserver"]
-    while alive(apiserver):
+    # The API server's entry read anew each round: `restart_apiserver` replaces it, and
+    # while it is stopped on purpose (`apiserver_stopped`) the heartbeat waits for it.
+    while alive(state["pids"]["kube-apiserver"]) or state.get("apiserver_stopped"):
         try:
             renew_leases(kube, names)
         except (ApiError, OSError) as e:
             print(f"{_now()} heartbeat: {e}", flush=True)
         time.sleep(HEARTBEAT_S)
+        state = _load(run)
 
 
 def up(run: Path, nodes: int, a3: bool, kubelet: bool = False,
@@ -795,6 +797,42 @@ def down_kubelet(run: Path, state: dict[str, Any]) -> None:
     done += kube_kubelet.cleanup(d, state["kubelet"])
     with open(run / "logs" / "kubelet-cleanup.log", "a") as log:
         log.write(f"{_now()} down: {'; '.join(done) or 'nothing left'}\n")
+
+
+# --------------------------------------------------------------------------------------------
+# The API server alone: stopped and started again (an API server restart, as a cluster's
+# control-plane upgrade or a crash does it, while the rest of the bed runs on)
+
+
+def stop_apiserver(run: Path) -> None:
+    """Stop the bed's kube-apiserver only (SIGTERM, then SIGKILL): every client, the
+    controllers, Volcano, the node agent and the pods' agents, loses it; etcd keeps the
+    state. The heartbeat waits for it to come back."""
+    _save(run, apiserver_stopped=True)
+    stop(_load(run)["pids"]["kube-apiserver"])
+
+
+def start_apiserver(run: Path, timeout: float = 120.0) -> None:
+    """Start the kube-apiserver `stop_apiserver` stopped, with the same command line (same
+    port, certificates and etcd), and return once /readyz answers ok."""
+    state = _load(run)
+    entry = state["pids"]["kube-apiserver"]
+    if not alive(entry):
+        spawn(run, "kube-apiserver", list(entry["argv"]))
+    admin = client(run)
+    try:
+        _wait_api(admin, "kube-apiserver /readyz after its restart",
+                  lambda: admin.get("/readyz") == "ok", run, ("etcd", "kube-apiserver"),
+                  timeout)
+    finally:
+        _save(run, apiserver_stopped=False)
+
+
+def restart_apiserver(run: Path, down_s: float = 0.0) -> None:
+    """The API server stopped, left down `down_s` seconds, started again (ready)."""
+    stop_apiserver(run)
+    time.sleep(down_s)
+    start_apiserver(run)
 
 
 # --------------------------------------------------------------------------------------------

@@ -119,6 +119,7 @@ TERMINATION_MESSAGE_MAX = 4096  # kubelet: MaxContainerTerminationMessageLength
 FALLBACK_LOG_BYTES = 2048  # MaxContainerTerminationMessageLogLength
 FALLBACK_LOG_LINES = 80  # MaxContainerTerminationMessageLogLines
 EXEC_SLACK_S = 5.0
+STATUS_RETRY_S = 2.0  # a status the API server did not take: written again after this
 
 
 class PodError(Exception):
@@ -1039,6 +1040,14 @@ class PodWorker:
             except ApiError as e:
                 if e.status not in (404, 409):
                     self.agent.log(f"{self.key}: status not written: {e}")
+            except OSError as e:
+                # The API server does not answer (restarted, tests/test_kube_rdzv_jobs.py):
+                # try again shortly, as the kubelet's status manager syncs again.
+                self.agent.log(f"{self.key}: status not written, retried in "
+                               f"{STATUS_RETRY_S:g} s: {e}")
+                retry = threading.Timer(STATUS_RETRY_S, self.publish)
+                retry.daemon = True
+                retry.start()
 
     # -- deletion --------------------------------------------------------------------
     def terminate(self, grace: int) -> None:

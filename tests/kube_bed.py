@@ -79,6 +79,14 @@ class Bed:
     def wait(self, what: str, probe: Callable[[], Any], timeout: float = 120.0) -> Any:
         return self.kube.wait_for(what, probe, timeout)
 
+    def stop_apiserver(self) -> None:
+        """Only the bed's kube-apiserver stopped (scripts/kube_bed.py `stop_apiserver`)."""
+        load_scripts()[1].stop_apiserver(self.run)
+
+    def start_apiserver(self) -> None:
+        """It started again as it ran, returning once ready (`start_apiserver`)."""
+        load_scripts()[1].start_apiserver(self.run)
+
     def purge(self, ns: str) -> None:
         """Delete the namespace's Volcano Jobs, then force-delete its pods until none is
         left (nothing runs them, so nothing would confirm a graceful deletion)."""

@@ -433,3 +433,194 @@ def test_training_meets_through_the_api_and_starts_msrun(agent: AgentBed) -> Non
             assert f"--master_addr={master['status']['podIP']}" in args, args
             assert "--worker_num=16" in args and f"--node_rank={index}" in args, args
             assert args[-3:] == ["train.py", "--config", "c.yaml"], args
+
+
+def test_mindie_pd_meets_through_the_api_with_no_claim(agent: AgentBed) -> None:
+    """`manifest --kind mindie-pd --rendezvous kube` (1 prefill instance of 2 pods, 1 decode
+    of 1, as test_kube_jobs' PD test, which runs over the volume): applied as printed plus
+    each node's local disk for the weights and the Motor fakes, no claim anywhere. Every pod
+    Ready; each instance's pods meet in their own objects, the coordinator and controller in
+    theirs, the controller pod's table writer builds the global table from the API into the
+    pod's own state directory, and the (fake) controller accepts that table. A failed decode
+    pod is not retried on Volcano v1.10.0 (no RestartTask: docs/kube-node-agent.md,
+    test_kube_jobs proves it over the volume), so nothing here relies on a task restart."""
+    from ascend_node.pd.motor_rules import check_global_table, flags_from_controller_config
+
+    run_id = "pd-1"
+    with KubeRun(agent, "kr-pd", "pd", "--kind", "mindie-pd", "--run-id", run_id,
+                 "--prefill", "1", "--prefill-pods", "2", "--decode", "1",
+                 "--decode-pods", "1", "--model-dir", WEIGHTS) as run:
+        pods = run.wait_ready(5)
+        print(f"mindie-pd 5 pods through the API: apply -> {run.timeline.summary()}")
+        ip = {p["metadata"]["name"]: p["status"]["podIP"] for p in pods}
+        by_name = {p["metadata"]["name"]: p for p in pods}
+        for pod in pods:
+            assert pod["spec"]["serviceAccountName"] == "pd-ascend-node"
+        (cm,) = [o for o in run.objs if o["kind"] == "ConfigMap"]
+        config = json.loads(cm["data"]["ms_controller.json"])
+        path = config["global_rank_table_file_path"]
+        assert path.startswith("/run/ascend-node/")  # the pod's emptyDir, no shared volume
+        controller = by_name["pd-controller-0"]
+
+        def table() -> Any:
+            done = agent.exec(controller, "cat", path)
+            if done.returncode:
+                return None
+            doc = json.loads(done.stdout)
+            return doc if [g["group_id"] for g in doc["server_group_list"]] == [
+                "0", "1", "2", "3"] else None
+        doc = run.wait("the global table in the controller pod", table, 120)
+        assert check_global_table(doc, flags_from_controller_config(config)) == []
+        groups = {g["group_id"]: [s["server_ip"] for s in g["server_list"]]
+                  for g in doc["server_group_list"]}
+        assert groups == {"0": [ip["pd-coordinator-0"]], "1": [ip["pd-controller-0"]],
+                          "2": [ip["pd-prefill-0-0"], ip["pd-prefill-0-1"]],
+                          "3": [ip["pd-decode-0-0"]]}
+        # the controller process itself was handed that path and accepted the table: the
+        # fake Motor controller's record (its path check: mode, owner; its loader's rules),
+        # on its node's local disk
+        records = Path(node_roots(agent)[controller["spec"]["nodeName"]], NODE_WEIGHTS,
+                       SIM_DIR)
+
+        def accepted() -> Any:
+            for f in records.glob("*.jsonl"):
+                for line in f.read_text().splitlines():
+                    rec = json.loads(line)
+                    if rec.get("event") == "accepted" and rec.get("groups") == [
+                            "0", "1", "2", "3"]:
+                        return rec
+            return None
+        rec = run.wait("the controller accepts the global table", accepted, 120)
+        assert rec["path"] == path and rec["prefill"] + rec["decode"] + rec[
+            "undecided"] == 2, rec
+        # each prefill pod holds its instance's table (2 servers, byte for byte the same on
+        # both), the decode pod its own: the local table in the pod's state directory (a PD
+        # server is given no RANK_TABLE_FILE: the controller hands out the global table)
+        local = {}
+        for name in ("pd-prefill-0-0", "pd-prefill-0-1", "pd-decode-0-0"):
+            assert run.daemon_env(by_name[name])["ASCEND_NODE_RENDEZVOUS"] == "kube"
+            done = agent.exec(by_name[name], "cat", "/run/ascend-node/ranktable.json")
+            assert done.returncode == 0, done.stderr
+            local[name] = done.stdout
+        assert local["pd-prefill-0-0"] == local["pd-prefill-0-1"]
+        for name, members in (("pd-prefill-0-0", ["pd-prefill-0-0", "pd-prefill-0-1"]),
+                              ("pd-decode-0-0", ["pd-decode-0-0"])):
+            servers = json.loads(local[name])["server_list"]
+            assert sorted(s["container_ip"] for s in servers) == sorted(
+                ip[m] for m in members), name
+        names = sorted(c["metadata"]["name"] for c in run.config_maps())
+        assert "pd.prefill-0-rdzv-attempt" in names and "pd.decode-0-rdzv-attempt" in names
+        assert "pd.pd-coordinator-0" in names and "pd.pd-controller-0" in names
+        job = agent.kube.get(agent.kube_bed.jobs_path(run.ns, "pd"))
+        for c in run.config_maps():
+            if c["metadata"]["name"].startswith("pd."):
+                (owner,) = c["metadata"]["ownerReferences"]
+                assert owner["uid"] == job["metadata"]["uid"], c["metadata"]["name"]
+
+
+def test_the_init_container_variant_meets_through_the_api(agent: AgentBed) -> None:
+    """`manifest --init-container --rendezvous kube`: the `ranktable` init container (the
+    agent's image) meets the peers through the API under the job's ServiceAccount - the
+    admission plugin's projected token is mounted in every container of the pod, init
+    containers too - and leaves the table, master and world size in the pod's emptyDir for
+    the server's image, which has no agent. Every pod Ready only once MindIE loaded, one
+    table on every pod, no claim. (Was refused by `manifest`, exit 2, as not rendered.)"""
+    shipped = json.loads((Path(__file__).resolve().parent.parent /
+                          "ascend_node/sim/data/mindie-config.json").read_text())
+    shipped["ServerConfig"]["httpsEnabled"] = False
+    run = KubeRun(agent, "kr-init", "ij", "--kind", "mindie", "--nodes", "2",
+                  "--model-dir", WEIGHTS, "--init-container", "--init-image",
+                  "localhost/ascend-node-init:test")
+    for root in node_roots(agent).values():
+        # the platform's MindIE config.json (the server image has no agent to patch one),
+        # named with MindIE's own variable, as test_kube_jobs' init-container variant does
+        target = root / NODE_WEIGHTS / SIM_DIR / "mindie-config.json"
+        target.write_text(json.dumps(shipped))
+        target.chmod(0o640)
+    docs = []
+    for obj in run.objs:
+        if obj["kind"] == "Job":
+            for task in obj["spec"]["tasks"]:
+                spec = task["template"]["spec"]
+                assert spec["serviceAccountName"] == "ij-ascend-node"
+                (init,) = spec["initContainers"]
+                assert {"name": "ASCEND_NODE_RENDEZVOUS", "value": "kube"} in init["env"]
+                for c in spec["containers"]:
+                    c.setdefault("env", []).append(
+                        {"name": "MIES_CONFIG_JSON_PATH",
+                         "value": f"{WEIGHTS}/{SIM_DIR}/mindie-config.json"})
+        docs.append(yaml.safe_dump(obj, sort_keys=False))
+    run.text = "---\n".join(docs)
+    with run:
+        pods = run.wait_ready(2)
+        print(f"init-container through the API: apply -> {run.timeline.summary()}")
+        ips = {p["metadata"]["name"]: p["status"]["podIP"] for p in pods}
+        tables = set()
+        for pod in pods:
+            (st,) = pod["status"]["initContainerStatuses"]
+            assert st["state"]["terminated"]["exitCode"] == 0, st
+            loaded = run.loaded_at(pod)
+            assert loaded and epoch(ready_at(pod)) >= int(loaded)
+            env = run.daemon_env(pod)  # the server's, from source_mul_env.sh
+            assert env["MIES_CONTAINER_IP"] == pod["status"]["podIP"]
+            assert env["MASTER_IP"] == ips["ij-master-0"]
+            assert env["WORLD_SIZE"] == "16"
+            assert "ASCEND_NODE_RENDEZVOUS" not in env  # the server's image has no agent
+            table = agent.exec(pod, "cat", env["RANK_TABLE_FILE"])
+            assert table.returncode == 0, table.stderr
+            tables.add(table.stdout)
+        assert len(tables) == 1, "every pod must hold the same table"
+        assert sorted(s["container_ip"] for s in json.loads(tables.pop())["server_list"]) \
+            == sorted(ips.values())
+        job = agent.kube.get(agent.kube_bed.jobs_path(run.ns, "ij"))
+        mine = [c for c in run.config_maps() if c["metadata"]["name"].startswith("ij-rdzv-")]
+        assert mine
+        for cm in mine:
+            (owner,) = cm["metadata"]["ownerReferences"]
+            assert owner["uid"] == job["metadata"]["uid"], cm["metadata"]["name"]
+
+
+def test_the_api_server_restarted_mid_rendezvous_the_pods_complete(agent: AgentBed) -> None:
+    """A 2-pod `--rendezvous kube` Job whose worker's node pulls its image slowly: once the
+    master has opened its attempt in the API and waits for the worker, the bed's
+    kube-apiserver (only it: etcd, the controllers, Volcano and the nodes' agent run on) is
+    stopped for 20 s and started again. The master says the API server does not answer
+    and retries (a stuck volume's handling, docs/rendezvous.md); once it is back the worker
+    comes, both meet in the same attempt, hold one table and serve: no exit, no restart."""
+    slow = Path(agent.containers.work) / "kube-nodes" / "slow-pulls"
+    slow.mkdir(parents=True, exist_ok=True)
+    mark = slow / "kr-apirestart_aj-worker-0"
+    mark.write_text("100")
+    try:
+        with KubeRun(agent, "kr-apirestart", "aj", "--kind", "mindie", "--nodes", "2",
+                     "--model-dir", WEIGHTS, "--timeout", "400") as run:
+            def waiting() -> Any:  # the master in its wait, its attempt in the API
+                if "running" not in run.timeline.seen.get("aj-master-0", {}):
+                    return None
+                try:
+                    return attempt_id(agent, run.ns, "aj")
+                except Exception:
+                    return None
+            first = run.wait("the master waiting in its attempt", waiting, 240)
+            # (the worker is still "pulling": ContainerCreating, not started)
+            assert "running" not in run.timeline.seen.get("aj-worker-0", {}), run.describe()
+            t0 = time.monotonic()
+            agent.kube_bed.stop_apiserver()
+            time.sleep(20)
+            agent.kube_bed.start_apiserver()
+            print(f"API server down {time.monotonic() - t0:.1f} s (20 s stopped + restart)")
+            pods = run.wait_ready(2, timeout=400)
+            print(f"apiserver restart: apply -> {run.timeline.summary()}")
+            assert not run.timeline.terminated, run.describe()
+            master = next(p for p in pods if p["metadata"]["name"] == "aj-master-0")
+            logs = agent.containers.podman("logs", agent.container(master), check=False)
+            said = logs.stdout + logs.stderr
+            assert "the API server does not answer" in said, said[-3000:]
+            for line in said.splitlines():  # what the master said of the outage
+                if "does not answer" in line or "rules review allowed" in line:
+                    print(f"master: {line[:400]}")
+            assert attempt_id(agent, run.ns, "aj") == first  # the same attempt, met
+            assert not job_status(agent, run.ns, "aj").get("retryCount")
+            check_tables(agent, run, pods, 8)
+    finally:
+        mark.unlink(missing_ok=True)

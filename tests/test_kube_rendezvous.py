@@ -467,3 +467,36 @@ def test_a_waiting_follower_costs_one_watch_per_progress_interval_and_nothing_mo
     assert requests - watches <= 8, (requests, watches, explain(results))
     assert "waiting for the table of attempt" in follower.cause, explain(results)
     assert "waiting for worker 1 (node 2)" in follower.cause, explain(results)
+
+
+def test_a_403_on_a_call_the_rules_review_allowed_is_retried_until_the_deadline(
+        tmp_path: Path, plane: Plane, admin: Client) -> None:
+    """The job's RoleBinding gone for a while after every pod's rules review allowed its
+    calls (what a kube-apiserver just restarted answers until its RBAC caches are filled:
+    403 on every call, seen on the agent bed, tests/test_kube_rdzv_jobs.py), then back:
+    node 0 retries as with a server that does not answer, saying so, and every pod gets
+    the table - not exit 1 on the first 403."""
+    job = JobIdentity(NS, "rbac-gap-2", str(uuid.uuid4()))
+    token = grant(plane, admin, job.name, 2)
+    made = kube_nodes(tmp_path, plane, token, job.name, job.uid, 2, timeout=90,
+                      ASCEND_NODE_PROGRESS_INTERVAL="1")  # node 0 calls in the gap
+    made[1].start_delay = 16.0
+    binding = rbac_objects(job.name, NS, 2)[2]
+    name = binding["metadata"]["name"]
+    state = {"removed": False, "back": False}
+
+    def tick(elapsed: float, _ended: Any, _running: Any) -> None:
+        if elapsed >= 4.0 and not state["removed"]:
+            state["removed"] = True
+            admin.request("DELETE", Call("delete", BINDINGS, NS, name),
+                          BINDINGS.path(NS, name))
+        if elapsed >= 12.0 and not state["back"]:
+            state["back"] = True
+            admin.request("POST", Call("create", BINDINGS, NS), BINDINGS.path(NS), binding)
+
+    results = launch(made, 150, on_tick=tick)
+    assert state["back"]
+    assert [r.exit_code for r in results] == [0, 0], explain(results)
+    assert "though its rules review allowed it" in results[0].stderr, explain(results)
+    tables = local_tables(results)
+    assert len(tables) == 1 and None not in tables, explain(results)

@@ -74,6 +74,27 @@ def test_bad_combinations_are_named(overrides: dict[str, Any], bad: str) -> None
     assert bad in info.value.cause
 
 
+def test_the_init_container_meets_through_the_api_under_the_job_service_account() -> None:
+    """`--init-container --rendezvous kube` (refused until issue 38's bed run): the
+    `ranktable` init container gets the rendezvous and the job's identity (it meets the
+    peers; the pod's ServiceAccount token is mounted in init containers too), the server
+    container only the hand-over, and no claim anywhere."""
+    p = ManifestParams(**{**BASE, "kind": "mindie", "command": None, "model_dir": "/mnt/w",
+                          "init_container": True, "init_image": "init-img"})
+    for spec in pod_specs(render_job(p)):
+        assert spec["serviceAccountName"] == "llama-ascend-node"
+        assert not any("persistentVolumeClaim" in v for v in spec["volumes"])
+        (init,) = spec["initContainers"]
+        assert init["command"] == ["ascend-node", "ranktable"]
+        assert {"name": "ASCEND_NODE_RENDEZVOUS", "value": "kube"} in init["env"]
+        assert all(e in init["env"] for e in identity_env())
+        assert "MODEL_PATH" not in [e["name"] for e in init["env"]]
+        (server,) = spec["containers"]
+        assert "ASCEND_NODE_RENDEZVOUS" not in [e["name"] for e in server["env"]]
+        kubernetes_validate.validate({"apiVersion": "v1", "kind": "Pod", "metadata": {
+            "name": "x"}, "spec": spec}, kubernetes_validate.latest_version(), strict=True)
+
+
 def test_the_command_line_renders_a_list_with_the_rbac_objects() -> None:
     done = subprocess.run(
         [sys.executable, "-m", "ascend_node", "manifest", "--kind", "training", "--name", "llama",

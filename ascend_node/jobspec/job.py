@@ -301,9 +301,6 @@ def _check_rendezvous(p: ManifestParams) -> None:
     if p.rendezvous == "kube" and p.namespace is None:
         raise UsageError("--rendezvous kube needs --namespace: the RoleBinding names the "
                          "ServiceAccount with its namespace", "pass --namespace NS")
-    if p.rendezvous == "kube" and p.init_container:
-        raise UsageError("--init-container with --rendezvous kube is not rendered yet",
-                         "leave out --init-container, or use --rendezvous volume")
     if p.rendezvous == "kube" and p.pvc is None and p.kind == "mindie" and p.model_dir is None:
         raise UsageError("--rendezvous kube without --pvc: MindIE needs its weights",
                          "mount them with --model-pvc NAME --model-dir /mnt/weights/..., or "
