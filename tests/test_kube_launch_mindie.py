@@ -78,6 +78,9 @@ def test_mindie_until_serving_exits_0_with_the_daemons_serving_and_the_job_left_
         name = job_name("serve", "run-serve")
         assert out.splitlines()[-1] == f"job {ns}/{name} serving: 2/2 pods Ready", \
             explain(agent, out, err)
+        # the log streams still open at the verdict are closed without a word (once, a
+        # reader thread's traceback per pod: kube/client.py LogStream.read)
+        assert "Traceback" not in err, explain(agent, out, err)
         # every pod's log reached launch's stdout with its task and index in front
         for prefix in ("[master 0] ", "[worker 0] "):
             assert any(line.startswith(prefix) for line in out.splitlines()), \
@@ -115,6 +118,7 @@ def test_sigterm_while_the_pods_load_deletes_the_job_and_its_pods(agent: AgentBe
         out, err = finish(proc, 120)
         assert proc.returncode == 143, explain(agent, out, err)
         assert f"deleted job {name}" in err, explain(agent, out, err)
+        assert "Traceback" not in err, explain(agent, out, err)
         assert not agent.kube.get(agent.kube_bed.jobs_path(ns))["items"]
         # the pods go too: Volcano deletes them with their Job, the agent confirms each
         agent.kube_bed.wait(f"pods of {ns} gone", lambda: not agent.kube_bed.pods(ns), 120)
