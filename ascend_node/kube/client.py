@@ -329,7 +329,7 @@ class LogStream:
     """An open pod log: `read` returns the next bytes (b"" at its end); `close` may be
     called from another thread to end it (the blocked `read` then raises or returns b"")."""
 
-    def __init__(self, conn: http.client.HTTPSConnection,
+    def __init__(self, conn: http.client.HTTPConnection,
                  resp: http.client.HTTPResponse) -> None:
         self._conn, self._resp = conn, resp
         self.closed = False
