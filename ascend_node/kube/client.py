@@ -329,13 +329,22 @@ class LogStream:
     """An open pod log: `read` returns the next bytes (b"" at its end); `close` may be
     called from another thread to end it (the blocked `read` then raises or returns b"")."""
 
-    def __init__(self, conn: http.client.HTTPSConnection,
+    def __init__(self, conn: http.client.HTTPConnection,
                  resp: http.client.HTTPResponse) -> None:
         self._conn, self._resp = conn, resp
         self.closed = False
 
     def read(self) -> bytes:
-        return self._resp.read1(65536)
+        try:
+            return self._resp.read1(65536)
+        except AttributeError:
+            # `close` from another thread closed the response under this read: http.client
+            # then calls `close()` on the `fp` it has just set to None (CPython 3.11
+            # Lib/http/client.py `_read_next_chunk_size` -> `_close_conn`). Closed by us: the
+            # end of this stream, as a read after `close` is.
+            if self.closed:
+                return b""
+            raise
 
     def close(self) -> None:
         self.closed = True
