@@ -1,11 +1,12 @@
 """`ascend-node launch`: a pipeline step's launcher (docs/launch.md). Thin: it reads the
-platform's environment and form fields (`launch.platform_env`), renders the Job (`manifest`),
-lays the platform's requests over it (`launch.platform_job`) and asks the API what an earlier
-run left (`launch.submit`).
+platform's environment and form fields (`launch.platform_env`), renders the Job with
+`manifest`'s renderer (`jobspec`), lays the platform's requests over it
+(`launch.platform_job`) and asks the API what an earlier run left (`launch.submit`).
 
-Built so far: `--dry-run` (what would be deleted and created); deleting the earlier run and
-waiting for its pods, creating, following the Job by watches to the verdict, and deleting it on
-SIGINT/SIGTERM or the timeout (`launch.run`). Following the pods' logs is not built yet.
+What it does: `--dry-run` (what would be deleted and created); deleting the earlier run and
+waiting for its pods, creating, following the Job by watches to the verdict while every pod's
+log streams to stdout (`launch.pod_logs`), and deleting the Job on SIGINT/SIGTERM or the
+timeout (`launch.run`).
 
 No `from __future__ import annotations` here (see `app`).
 """
