@@ -104,10 +104,11 @@ def kube_bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bed]:
 # decided here, not left to chance:
 # * the tests of one real substrate stay in one worker, in their order, as when the suite
 #   ran in one process: the container bed's work directory is held by one process at a time
-#   (scripts/container_bed.py `lock`), and the kube bed's node agent runs its pods with it,
-#   so `containers` and the kube bed's tests are one group; the NFS guests share one
-#   multicast wire (tests/nfs_bed.py MCAST); the launchers' torch venv and Chromium are
-#   one each;
+#   (scripts/container_bed.py `lock`), and the kube bed's node agent and its real kubelet
+#   run their pods with it, so every `containers` test is one group; the kube bed's other
+#   tests (no pod runs: the test writes the pods' states) share one control plane in a
+#   second group; the NFS guests share one multicast wire (tests/nfs_bed.py MCAST); the
+#   launchers' torch venv and Chromium are one each;
 # * every other test stays with its module, so a module-scoped fixture (an API server of
 #   its own, a built wheel) is set up once, as it is without xdist.
 # The substrate groups are the longest, so they are queued first: a worker takes each as
@@ -119,11 +120,11 @@ _SUBSTRATE_GROUPS = (
 
 
 def _xdist_group(item: pytest.Item) -> tuple[int, str]:
-    if "kube_bed" in getattr(item, "fixturenames", ()):
-        return 0, "podman"
     for rank, (marker, group) in enumerate(_SUBSTRATE_GROUPS):
         if item.get_closest_marker(marker) is not None:
             return rank, group
+    if "kube_bed" in getattr(item, "fixturenames", ()):
+        return 0, "kube"
     return len(_SUBSTRATE_GROUPS), item.nodeid.split("::", 1)[0]
 
 

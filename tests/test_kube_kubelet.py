@@ -27,7 +27,8 @@ import pytest
 
 from tests.kube_bed import ROOT, Bed, load_scripts
 
-pytestmark = pytest.mark.kube
+# containers too: its pods run from the container bed's images (scripts/container_bed.py)
+pytestmark = [pytest.mark.kube, pytest.mark.containers]
 
 NPU = "huawei.com/Ascend910"
 JOBS_API = "batch.volcano.sh/v1alpha1"
