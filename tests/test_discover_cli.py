@@ -96,6 +96,7 @@ def test_discover_json_reports_identity_devices_and_sources_and_writes_nothing(
         "task_index": "VC_TASK_INDEX", "pod_ip": "K8S_POD_IP", "host_ip": "K8S_HOST_IP",
         "incarnation": "POD_UID", "devices": "ASCEND_VISIBLE_DEVICES", "hccn_tool": HCCN,
         "run_id": "environment ASCEND_NODE_RUN_ID", "job_version": "not set",
+        "job_instance": "not set",
     }
     assert tree(tmp_path) == before  # no state dir, no table, no master file, nothing
     assert all(fp.call_count([HCCN, "-i", str(i), "-ip", "-g"]) == 1 for i in range(8))
