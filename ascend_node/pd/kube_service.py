@@ -21,14 +21,12 @@ import logging
 from collections.abc import Mapping
 from typing import Any, Optional
 
-from ascend_node.discover.identity import read_pod_ip
-from ascend_node.errors import ConfigError
 from ascend_node.kube.client import Client
 from ascend_node.kube.errors import AlreadyExists, Conflict, NotFound
 from ascend_node.kube.resources import CONFIGMAPS
 from ascend_node.pd.global_table import ServicePod
 from ascend_node.pd.roles import PdIdentity
-from ascend_node.pd.service import InstanceState, ServicePodDoc, ServiceView
+from ascend_node.pd.service import InstanceState, ServicePodDoc, ServiceView, service_pod_doc
 from ascend_node.ranktable import validate_rank_table
 from ascend_node.rendezvous import kube_docs
 from ascend_node.rendezvous.kube_layout import (
@@ -89,17 +87,7 @@ def announce(client: Client, job: JobIdentity, run_id: str, me: PdIdentity,
              environ: Mapping[str, str]) -> ServicePodDoc:
     """`pd.service.announce` through the API: create the pod's object, or replace it at the
     version read (a restarted coordinator with its new address); a 409 is a re-read."""
-    if me.role not in ("coordinator", "controller"):
-        raise ConfigError(f"{me.task} is a server: its addresses reach the global table "
-                          "through its instance's rank table", "run pd-announce only in "
-                          "the coordinator and controller pods")
-    if me.place > 1:
-        raise ConfigError(f"{me.task} {me.place}: the controller reads at most 2 "
-                          "coordinators", "set the coordinator task's replicas to 1 or 2")
-    pod_ip, _ = read_pod_ip(environ, lambda: None)
-    doc = ServicePodDoc(run_id=run_id, task=me.role, place=me.place, pod_ip=pod_ip,
-                        host_ip=environ.get("K8S_HOST_IP", "").strip() or pod_ip,
-                        incarnation=environ.get("POD_UID", "").strip() or "unknown")
+    doc = service_pod_doc(run_id, me, environ)
     name = service_object_name(job.name, me.role, me.place)
     while True:
         new = service_object(job, doc)

@@ -62,9 +62,9 @@ def global_table_path(shared_dir: Path, run_id: str) -> Path:
     return pd_dir(shared_dir, run_id) / GLOBAL_TABLE_NAME
 
 
-def announce(shared_dir: Path, run_id: str, me: PdIdentity, environ: Mapping[str, str],
-             key: Optional[RendezvousKey] = None) -> ServicePodDoc:
-    """Publish this coordinator's (or controller's) addresses for the global table."""
+def service_pod_doc(run_id: str, me: PdIdentity, environ: Mapping[str, str]) -> ServicePodDoc:
+    """What `pd-announce` publishes for this coordinator or controller, on the volume or
+    through the API; a server pod or a third coordinator is refused (exit 1)."""
     if me.role not in ("coordinator", "controller"):
         raise ConfigError(f"{me.task} is a server: its addresses reach the global table "
                           "through its instance's rank table", "run pd-announce only in "
@@ -74,9 +74,15 @@ def announce(shared_dir: Path, run_id: str, me: PdIdentity, environ: Mapping[str
                           "coordinators", "set the coordinator task's replicas to 1 or 2")
     pod_ip, _ = read_pod_ip(environ, lambda: None)
     host_ip = environ.get("K8S_HOST_IP", "").strip() or pod_ip
-    doc = ServicePodDoc(run_id=run_id, task=me.role, place=me.place,
-                        pod_ip=pod_ip, host_ip=host_ip,
-                        incarnation=environ.get("POD_UID", "").strip() or "unknown")
+    return ServicePodDoc(run_id=run_id, task=me.role, place=me.place,
+                         pod_ip=pod_ip, host_ip=host_ip,
+                         incarnation=environ.get("POD_UID", "").strip() or "unknown")
+
+
+def announce(shared_dir: Path, run_id: str, me: PdIdentity, environ: Mapping[str, str],
+             key: Optional[RendezvousKey] = None) -> ServicePodDoc:
+    """Publish this coordinator's (or controller's) addresses for the global table."""
+    doc = service_pod_doc(run_id, me, environ)
     path = pd_dir(shared_dir, run_id) / f"{me.role}-{me.place}.json"
     write_doc(path, doc, shared_dir, key=key)
     return doc
