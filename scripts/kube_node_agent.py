@@ -62,7 +62,6 @@ import argparse
 import base64
 import contextlib
 import functools
-import http.client
 import json
 import os
 import re
@@ -70,7 +69,6 @@ import shlex
 import shutil
 import signal
 import socket
-import ssl
 import subprocess
 import sys
 import threading
@@ -91,7 +89,13 @@ import kube_bed  # noqa: E402
 from kube_api import ApiError, Kube  # noqa: E402
 from kube_node_logs import LogRequestError, NodeLogs  # noqa: E402
 
-from tests.kubelet_bed import ContainerProbes, KubeletError, ProbeSpec, security_args  # noqa: E402
+from tests.kubelet_bed import (  # noqa: E402
+    ContainerProbes,
+    KubeletError,
+    ProbeSpec,
+    http_get_probe,
+    security_args,
+)
 
 NETWORK = "ascend-node-kube-bed"
 NETWORK_PREFIX = "10.237."  # node i's pods: 10.237.<i>.2-254 (its podCIDR)
@@ -974,23 +978,7 @@ class PodWorker:
             except OSError as exc:
                 return False, str(exc)
         get = handler["httpGet"]
-        host = get.get("host") or self.ip
-        conn: http.client.HTTPConnection
-        if get.get("scheme", "HTTP").upper() == "HTTPS":
-            ctx = ssl.create_default_context()
-            ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
-            conn = http.client.HTTPSConnection(host, port, timeout=spec.timeout, context=ctx)
-        else:
-            conn = http.client.HTTPConnection(host, port, timeout=spec.timeout)
-        try:
-            conn.request("GET", get.get("path", "/"),
-                         headers={h["name"]: h["value"] for h in get.get("httpHeaders", [])})
-            status = conn.getresponse().status
-            return 200 <= status < 400, f"HTTP {status}"
-        except (OSError, http.client.HTTPException) as exc:
-            return False, f"{type(exc).__name__}: {exc}"
-        finally:
-            conn.close()
+        return http_get_probe(get, get.get("host") or self.ip, port, spec.timeout)
 
     @staticmethod
     def port(c: Mapping[str, Any], port: Any) -> int:

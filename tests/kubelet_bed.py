@@ -298,6 +298,28 @@ _SEC_KEYS = {"runAsUser", "runAsGroup", "runAsNonRoot", "fsGroup", "supplemental
              "fsGroupChangePolicy", "seccompProfile"}
 
 
+def http_get_probe(get: Mapping[str, Any], host: str, port: int, timeout: float
+                   ) -> tuple[bool, str]:
+    """One `httpGet` probe as the kubelet's prober runs it: success for a status in
+    [200, 400), HTTPS without verifying the certificate (kubernetes pkg/probe/http)."""
+    conn: http.client.HTTPConnection
+    if get.get("scheme", "HTTP").upper() == "HTTPS":
+        ctx = ssl.create_default_context()
+        ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
+        conn = http.client.HTTPSConnection(host, port, timeout=timeout, context=ctx)
+    else:
+        conn = http.client.HTTPConnection(host, port, timeout=timeout)
+    try:
+        headers = {h["name"]: h["value"] for h in get.get("httpHeaders", [])}
+        conn.request("GET", get.get("path", "/"), headers=headers)
+        status = conn.getresponse().status
+        return 200 <= status < 400, f"HTTP {status}"
+    except (OSError, http.client.HTTPException) as exc:
+        return False, f"{type(exc).__name__}: {exc}"
+    finally:
+        conn.close()
+
+
 def security_args(pod_sc: Mapping[str, Any], c_sc: Mapping[str, Any]) -> tuple[list[str], Any]:
     """podman flags for the pod's and the container's securityContext (the container's
     wins), and the fsGroup (volumes get that group)."""
@@ -815,24 +837,8 @@ class KubeletBed:
             return done.returncode == 0, f"exit {done.returncode}: {line[:160]}"
         if "httpGet" in handler:
             get = handler["httpGet"]
-            port = self._port(run, get["port"])
-            host = get.get("host") or run.plan.ip
-            conn: http.client.HTTPConnection
-            if get.get("scheme", "HTTP").upper() == "HTTPS":
-                ctx = ssl.create_default_context()
-                ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
-                conn = http.client.HTTPSConnection(host, port, timeout=spec.timeout, context=ctx)
-            else:
-                conn = http.client.HTTPConnection(host, port, timeout=spec.timeout)
-            try:
-                headers = {h["name"]: h["value"] for h in get.get("httpHeaders", [])}
-                conn.request("GET", get.get("path", "/"), headers=headers)
-                status = conn.getresponse().status
-                return 200 <= status < 400, f"HTTP {status}"
-            except (OSError, http.client.HTTPException) as exc:
-                return False, f"{type(exc).__name__}: {exc}"
-            finally:
-                conn.close()
+            return http_get_probe(get, get.get("host") or run.plan.ip,
+                                  self._port(run, get["port"]), spec.timeout)
         if "tcpSocket" in handler:
             port = self._port(run, handler["tcpSocket"]["port"])
             try:
