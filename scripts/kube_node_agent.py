@@ -87,7 +87,7 @@ for _p in (ROOT, ROOT / "scripts"):
 import container_bed as cb  # noqa: E402
 import kube_bed  # noqa: E402
 from kube_api import ApiError, Kube  # noqa: E402
-from kube_node_logs import LogRequestError, NodeLogs  # noqa: E402
+from kube_node_logs import LogRequestError, NodeLogs, release_address  # noqa: E402
 
 from tests.kubelet_bed import (  # noqa: E402
     ContainerProbes,
@@ -1159,6 +1159,12 @@ class Agent:
 
     def setup(self) -> None:
         """A clean slate: what a previous agent left is removed, the network made."""
+        # The nodes' addresses an agent killed before its exit put on `lo` (the log
+        # endpoint's /32s, kube_node_logs.hold_address): left there, podman refuses the
+        # bed's subnet as "already used on the host" (seen with the first agent killed
+        # after its grace on a loaded machine). Only a /32 on `lo` is deleted.
+        for node in self.nodes:
+            release_address(node.host_ip)
         self.teardown()
         self.podman("network", "create", "--label", LABEL, "--subnet",
                     f"{NETWORK_PREFIX}0.0/16", NETWORK)
