@@ -221,6 +221,15 @@ for line in sys.stdin:
         print(f"@@bed stats {words[1]} {time.time():.6f} {json.dumps(ops, separators=(',', ':'))}",
               flush=True)
         continue
+    if words[0] == "said":
+        # "said <key> <file> <text...>": whether a running pod's stderr holds the text yet
+        # (the tests start a server fault once the pods are waiting, not at a fixed time)
+        try:
+            found = " ".join(words[3:]) in open(words[2], errors="replace").read()
+        except OSError:
+            found = False
+        print(f"@@bed said {words[1]} {int(found)}", flush=True)
+        continue
     if words[0] != "run":
         continue
     # a batch runs beside this loop, which keeps answering `stats` while pods run
@@ -340,6 +349,7 @@ class Bed:
         self._netns_made = False
         self._watchdog: Optional[subprocess.Popen[bytes]] = None
         self._runs: dict[str, tuple[str, float, list[int], set[int]]] = {}
+        self._placed: dict[int, tuple[int, str]] = {}  # last run: pod -> (client, pod dir)
 
     # -- set up ----------------------------------------------------------------------
     def __enter__(self) -> Bed:
@@ -459,7 +469,7 @@ class Bed:
                 continue
             if line.startswith(prefix):
                 return line
-            if line.startswith(("done ", "stats ", "nfsd ", "nfsd-")):
+            if line.startswith(("done ", "stats ", "said ", "nfsd ", "nfsd-")):
                 guest.kept.append(line)
             if line.startswith(("fail", "eof")):
                 raise BedError(f"{guest.name}: {line} (console: "
@@ -557,7 +567,30 @@ class Bed:
         self._pending = (batch_id, lead + hard_timeout + 30, [n.index for n in nodes],
                          {p["client"] for p in pods})
         self._runs[batch_id] = self._pending
+        self._placed = {p["index"]: (p["client"], p["pod_dir"]) for p in pods}
         return batch_id
+
+    def wait_said(self, indices: Sequence[int], text: str, timeout: float = 60.0) -> float:
+        """Wait until each given pod of the last run started has written `text` (single
+        spaces) to its stderr; returns the host time it was seen. A fault injected at a
+        fixed second misses pods a loaded machine started late; one injected once they
+        say they wait does not."""
+        deadline = time.monotonic() + timeout
+        left = list(indices)
+        while left:
+            for index in list(left):
+                client, pod_dir = self._placed[index]
+                guest = self.guests[1 + client]
+                self.batches += 1
+                key = f"q{self.batches}"
+                self._send(guest, f"said {key} {pod_dir}/stderr.txt {text}")
+                if self._expect(guest, f"said {key} ", deadline).split()[2] == "1":
+                    left.remove(index)
+            if left:
+                if time.monotonic() > deadline:
+                    raise BedError(f"pods {left} did not write {text!r} in {timeout:g} s")
+                time.sleep(0.5)
+        return time.time()
 
     def finish_run(self, batch_id: Optional[str] = None) -> list[PodResult]:
         """Collect the last run started, or the named one (runs overlap: each guest runs

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import re
 import shutil
@@ -30,7 +31,7 @@ import pytest
 
 from ascend_node.kube.client import Client
 from ascend_node.kube.config import Endpoint
-from ascend_node.kube.errors import AlreadyExists, Forbidden, KubeError
+from ascend_node.kube.errors import AlreadyExists, Forbidden, KubeError, NotFound
 from ascend_node.kube.resources import CONFIGMAPS, Call, Resource
 from ascend_node.rendezvous.kube_layout import (
     JobIdentity,
@@ -117,6 +118,18 @@ def grant(plane: Plane, admin: Client, job: str, nodes: int,
             pass
         break
     return token
+
+
+def opened(admin: Client, job: str, node: Optional[int] = None) -> bool:
+    """Whether node 0's attempt (or node `node`'s slot) exists yet: the tests inject a
+    fault on that event, not at a fixed second, which a loaded machine that started the
+    pods late turns into a fault before anyone waits."""
+    name = object_name(job, "attempt") if node is None else object_name(job, "node", node)
+    try:
+        admin.get(CONFIGMAPS, name)
+    except NotFound:
+        return False
+    return True
 
 
 def kube_nodes(tmp: Path, plane: Plane, token: str, job: str, uid: str, nodes: int,
@@ -352,22 +365,24 @@ def test_an_api_server_stopped_in_the_middle_of_the_wait_lets_it_complete(
     job = JobIdentity(NS, "paused-3", str(uuid.uuid4()))
     token = grant(plane, admin, job.name, 3)
     made = kube_nodes(tmp_path, plane, token, job.name, job.uid, 3, timeout=90)
-    made[2].start_delay = 12.0
-    state = {"stopped": False, "resumed": False}
+    made[2].start_delay = math.inf  # 2 s after the API server is back
+    at: dict[str, float] = {}
 
-    def tick(elapsed: float, _ended: Any, _running: Any) -> None:
-        if elapsed >= 4.0 and not state["stopped"]:
-            state["stopped"] = True
+    def tick(elapsed: float, ended: Any, _running: Any) -> None:
+        if "stopped" not in at and (ended or (opened(admin, job.name)
+                                              and opened(admin, job.name, 1))):
+            at["stopped"] = elapsed  # node 0 and node 1 wait (~4 s on a quiet machine)
             os.kill(plane.api.pid, signal.SIGSTOP)
-        if elapsed >= 10.0 and not state["resumed"]:
-            state["resumed"] = True
+        if "stopped" in at and "resumed" not in at and elapsed >= at["stopped"] + 6.0:
+            at["resumed"] = elapsed
             os.kill(plane.api.pid, signal.SIGCONT)
+            made[2].start_delay = elapsed + 2.0
 
     try:
         results = launch(made, 150, on_tick=tick)
     finally:
         os.kill(plane.api.pid, signal.SIGCONT)
-    assert state["resumed"]
+    assert "resumed" in at
     assert [r.exit_code for r in results] == [0, 0, 0], explain(results)
     tables = local_tables(results)
     assert len(tables) == 1 and None not in tables, explain(results)
@@ -480,22 +495,23 @@ def test_a_403_on_a_call_the_rules_review_allowed_is_retried_until_the_deadline(
     token = grant(plane, admin, job.name, 2)
     made = kube_nodes(tmp_path, plane, token, job.name, job.uid, 2, timeout=90,
                       ASCEND_NODE_PROGRESS_INTERVAL="1")  # node 0 calls in the gap
-    made[1].start_delay = 16.0
+    made[1].start_delay = math.inf  # 2 s after the binding is back
     binding = rbac_objects(job.name, NS, 2)[2]
     name = binding["metadata"]["name"]
-    state = {"removed": False, "back": False}
+    at: dict[str, float] = {}
 
-    def tick(elapsed: float, _ended: Any, _running: Any) -> None:
-        if elapsed >= 4.0 and not state["removed"]:
-            state["removed"] = True
+    def tick(elapsed: float, ended: Any, _running: Any) -> None:
+        if "removed" not in at and (ended or opened(admin, job.name)):
+            at["removed"] = elapsed  # node 0's rules review passed: it opened its attempt
             admin.request("DELETE", Call("delete", BINDINGS, NS, name),
                           BINDINGS.path(NS, name))
-        if elapsed >= 12.0 and not state["back"]:
-            state["back"] = True
+        if "removed" in at and "back" not in at and elapsed >= at["removed"] + 8.0:
+            at["back"] = elapsed
             admin.request("POST", Call("create", BINDINGS, NS), BINDINGS.path(NS), binding)
+            made[1].start_delay = elapsed + 2.0
 
     results = launch(made, 150, on_tick=tick)
-    assert state["back"]
+    assert "back" in at
     assert [r.exit_code for r in results] == [0, 0], explain(results)
     assert "though its rules review allowed it" in results[0].stderr, explain(results)
     tables = local_tables(results)

@@ -64,6 +64,14 @@ def _at(bed: Bed, seconds: float) -> None:
     time.sleep(max(0.0, bed.last_start + seconds - time.time()))
 
 
+def _waiting(bed: Bed, seconds: float, pods: tuple[int, ...] = (0, 1)) -> float:
+    """Sleep until `seconds` after the start and until `pods` wait on the volume; the host
+    time then. A fault set at a fixed second alone missed the pods a loaded machine
+    started late (one met only the end of a freeze, and no call of its failed)."""
+    _at(bed, seconds)
+    return bed.wait_said(pods, "published", timeout=60)
+
+
 def _cause(result: PodResult) -> str:
     lines = [x for x in result.stderr.splitlines() if x.startswith("ascend-node: error: ")]
     return lines[-1].removeprefix("ascend-node: error: ") if lines else ""
@@ -87,7 +95,7 @@ def test_a_freeze_past_the_deadline_ends_every_pod_with_4_naming_the_volume(bed:
     timeout = 40.0
     nodes = bed.pods(3, run_id="freeze-past", timeout=timeout)[:2]  # node 2 never comes
     bed.start_run(nodes, hard_timeout=timeout + 60)
-    _at(bed, 8)
+    _waiting(bed, 8)
     bed.freeze_server()
     try:
         results = bed.finish_run()
@@ -122,10 +130,10 @@ def test_a_freeze_shorter_than_the_time_left_ends_in_the_table(
     nodes = bed.pods(3, run_id=f"freeze-{thaw:g}", timeout=timeout)
     nodes[2].start_delay = thaw + 5  # arrives after the server answers again
     bed.start_run(nodes, hard_timeout=timeout + 60)
-    _at(bed, freeze)
+    frozen = _waiting(bed, freeze)
     bed.freeze_server()
     try:
-        _at(bed, thaw)
+        time.sleep(max(0.0, frozen + thaw - freeze - time.time()))
     finally:
         bed.thaw_server()
     thawed = time.time()
@@ -162,15 +170,16 @@ def test_a_soft_mount_under_a_freeze_names_the_io_error(soft_bed: Bed) -> None:
     nodes = soft_bed.pods(3, run_id="soft", timeout=timeout)
     nodes[2].start_delay = 19.0
     soft_bed.start_run(nodes, hard_timeout=timeout + 60)
-    _at(soft_bed, 5)
+    frozen = _waiting(soft_bed, 5)
     soft_bed.freeze_server()
     try:
-        _at(soft_bed, 14)
+        time.sleep(max(0.0, frozen + 9 - time.time()))
     finally:
         soft_bed.thaw_server()
     thawed = time.time()
     results = soft_bed.finish_run()
-    _report(soft_bed, "soft mount, freeze 5 -> 14 s", results, thawed)
+    _report(soft_bed, f"soft mount, freeze {frozen - soft_bed.last_start:.1f} s for 9 s",
+            results, thawed)
     _within_deadline(results, timeout)
     assert _completed_or_named_the_volume(results), explain(results)
     # the pods that waited through the freeze named what failed, with the path

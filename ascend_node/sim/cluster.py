@@ -310,16 +310,21 @@ def launch(nodes: Sequence[SimNode], timeout: float, on_tick: Optional[Tick] = N
     """Start every node (after its start delay) and wait for all; returns in the order
     given. A node still running `grace` s after its timeout (its ASCEND_NODE_TIMEOUT when
     longer than `timeout`) is killed. Any exit from here, an interrupt included, leaves
-    no node running."""
+    no node running.
+
+    A node not started yet is started by its `start_delay` as it reads at each tick, so
+    `on_tick` may move it: a test starts a pod on an event (`math.inf` until then) rather
+    than at a second a loaded machine makes wrong."""
     for node in nodes:
         write_node_data(node.data_dir, node.devices, node.seat, node.unreachable)
         write_ascend_root(node.state_dir.parent / "Ascend", node.cann)
-    pending = sorted(nodes, key=lambda n: n.start_delay)
+    pending = list(nodes)
     running: dict[int, _Running] = {}
     ended: dict[int, NodeResult] = {}
     t0 = time.monotonic()
     try:
         while pending or running:
+            pending.sort(key=lambda n: n.start_delay)
             now = time.monotonic()
             while pending and t0 + pending[0].start_delay <= now:
                 node = pending.pop(0)
