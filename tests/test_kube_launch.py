@@ -13,7 +13,9 @@ from typing import Any
 
 import pytest
 
+from ascend_node.jobspec.job import to_yaml
 from ascend_node.launch.platform_env import job_name
+from ascend_node.rendezvous.kube_layout import rbac_objects
 from tests.kube_bed import Bed
 
 pytestmark = pytest.mark.kube
@@ -396,6 +398,10 @@ def test_the_launchers_own_role_is_enough_and_a_missing_rule_is_one_line(
         kube_bed.apply(ns, rbac.stdout)
         config = sa_kubeconfig(kube_bed, ns, "launcher", tmp_path / "sa.kubeconfig")
         name = job_name("train", "run-sa")
+        # an earlier launch of this run with one pod left the job's Role: its rules name
+        # node 0's objects alone, so the worker's rules review would refuse it (403)
+        earlier_role = rbac_objects(name, ns, 1)[1]
+        kube_bed.apply(ns, to_yaml(earlier_role))
         clean = {k: v for k, v in os.environ.items()
                  if not k.startswith(("KFJ_", "KUBERNETES_", "ASCEND_NODE_"))}
         env = {**clean, "KFJ_RUN_ID": "run-sa", "KFJ_TASK_NAME": "train", "KFJ_NAMESPACE": ns,
@@ -408,6 +414,12 @@ def test_the_launchers_own_role_is_enough_and_a_missing_rule_is_one_line(
                                              f"{name}-worker-0": ("Succeeded", 0)})
         assert proc.returncode == 0, err
         assert out.splitlines()[-1] == f"job {ns}/{name} Completed"
+        role_name = earlier_role["metadata"]["name"]
+        assert f"updated Role/{role_name}: the rules an earlier launch" in err, err
+        assert "created ServiceAccount/" in err and "created RoleBinding/" in err, err
+        job_role = kube_bed.kube.get(f"/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/"
+                                     f"roles/{role_name}")
+        assert job_role["rules"] == rbac_objects(name, ns, 2)[1]["rules"]
 
         role = kube_bed.kube.get(f"/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/roles/"
                                  "launcher")

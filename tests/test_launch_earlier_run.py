@@ -10,6 +10,8 @@ import pytest
 from ascend_node.jobspec.job import ManifestParams, render_job
 from ascend_node.jobspec.skeleton import RUN_ID_LABEL, run_id_label_value
 from ascend_node.launch.earlier_run import pods_left, run_selector, to_delete
+from ascend_node.launch.submit import update_for
+from ascend_node.rendezvous.kube_layout import rbac_objects
 
 
 def _job(name: str, run_label: Optional[str], uid: str = "u", phase: str = "",
@@ -114,3 +116,42 @@ def test_pods_left_are_those_of_a_deleted_job() -> None:
             pod("t-1-worker-0", "t-1", ns="elsewhere")]
     assert pods_left(pods, deleted) == ["t-1-master-0", "t-1-worker-1"]
     assert pods_left([], deleted) == []
+
+
+def _role(rules: list[dict[str, Any]], rv: str = "7") -> dict[str, Any]:
+    return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+            "metadata": {"name": "j-rdzv", "namespace": "ns", "resourceVersion": rv},
+            "rules": rules}
+
+
+TWO = rbac_objects("j", "ns", 2)[1]
+THREE = rbac_objects("j", "ns", 3)[1]
+PD_MAP = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "pd", "namespace": "ns"},
+          "data": {"ms_controller.json": "{}"}}
+
+
+@pytest.mark.parametrize(("existing", "wanted", "updated"), [
+    # a retry with the same shape: the Role the earlier launch made is reused as it is
+    (_role(TWO["rules"]), TWO, False),
+    # another --num_worker: the rules name other nodes' objects, so the Role is updated
+    (_role(TWO["rules"]), THREE, True),
+    (_role(THREE["rules"]), TWO, True),
+    # a PD ConfigMap with the service's earlier config, then the same one
+    ({**PD_MAP, "data": {"ms_controller.json": '{"old": 1}'}, "metadata": {"name": "pd",
+      "resourceVersion": "3"}}, PD_MAP, True),
+    ({**PD_MAP, "metadata": {"name": "pd", "resourceVersion": "3"}}, PD_MAP, False),
+    # kinds whose content follows from the name alone, or must be kept (a Secret's key)
+    ({"kind": "Secret", "metadata": {"name": "k"}, "data": {"key": "b2xk"}},
+     {"kind": "Secret", "metadata": {"name": "k"}, "data": {"key": "bmV3"}}, False),
+    ({"kind": "ServiceAccount", "metadata": {"name": "sa"}},
+     {"kind": "ServiceAccount", "metadata": {"name": "sa"}}, False),
+])
+def test_a_retry_updates_only_a_role_or_configmap_that_differs(
+        existing: dict[str, Any], wanted: dict[str, Any], updated: bool) -> None:
+    update = update_for(existing, wanted)
+    assert (update is not None) == updated
+    if update is not None:  # the wanted object, written at the version it was read at
+        assert update["metadata"]["resourceVersion"] == existing["metadata"]["resourceVersion"]
+        assert {k: v for k, v in update.items() if k != "metadata"} == \
+            {k: v for k, v in wanted.items() if k != "metadata"}
+        assert update["metadata"]["name"] == wanted["metadata"]["name"]

@@ -245,8 +245,8 @@ def _run(client: Any, run_id: str, name: str, job: dict[str, Any],
     logs: Optional[PodLogs] = None
     try:
         delete_earlier(client, run_id, deletions, _say, deadline)
-        for made_object in ensure_objects(client, objects):
-            _say(f"created {made_object}")
+        for line in ensure_objects(client, objects):
+            _say(line)
         made = client.create(JOBS, job)
         created = True
         _say(f"created job {made['metadata']['namespace']}/{name} "

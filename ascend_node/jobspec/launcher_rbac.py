@@ -31,7 +31,8 @@ RULES: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
     ("", "events", ("list",), "why the Job is pending (the scheduler's events)"),
     ("", "serviceaccounts", ("create",), "the job's own ServiceAccount (rendezvous through "
      "the API)"),
-    ("rbac.authorization.k8s.io", "roles", ("create",), "the job's own Role"),
+    ("rbac.authorization.k8s.io", "roles", ("create", "get", "update"), "the job's own Role; "
+     "a retry of the run with another number of pods brings its rules up to date"),
     ("rbac.authorization.k8s.io", "rolebindings", ("create",), "the job's own RoleBinding"),
     ("", "configmaps", ("create", "get", "update", "list", "watch"), "held so that the job's "
      "Role (these verbs on the job's ConfigMaps) may be created and bound: RBAC's escalation "

@@ -25,17 +25,47 @@ BEFORE_JOB = {
 }
 
 
+# What a retry brings up to date when it differs; everything else of these objects follows
+# from the Job's name alone, so a retry reuses it as it is. A Role's rules name each node's
+# rendezvous objects (`rendezvous.kube_layout.rbac_objects`): a retry with another
+# --num_worker needs other names, or its new pods are refused (403). A PD service's ConfigMap
+# holds the service's shape and MindIE's config. A Secret is kept: the rendezvous key of the
+# earlier attempt serves as well as a new one, and the launcher may not read Secrets.
+UP_TO_DATE = {"Role": ("rules",), "ConfigMap": ("data", "binaryData")}
+
+
+def update_for(existing: dict[str, Any], wanted: dict[str, Any]) -> Optional[dict[str, Any]]:
+    """The object to write over `existing` (compare-and-set at its resourceVersion) when
+    what `wanted` sets of `UP_TO_DATE` differs from it; None when it is up to date."""
+    fields = UP_TO_DATE.get(str(wanted.get("kind")), ())
+    if all(existing.get(f) == wanted.get(f) for f in fields):
+        return None
+    meta = dict(wanted["metadata"],
+                resourceVersion=existing.get("metadata", {}).get("resourceVersion"))
+    return dict(wanted, metadata=meta)
+
+
 def ensure_objects(client: Client, objects: list[dict[str, Any]]) -> list[str]:
-    """Create each object unless it exists (a retry of the run reuses its predecessor's,
-    which are named after the same Job); the `Kind/name` of those created."""
-    made = []
+    """Create each object, or bring the one of that name up to date (a retry of the run
+    finds its predecessor's, named after the same Job: `update_for`); a line for each
+    object created or updated."""
+    said = []
     for obj in objects:
+        res, ref = BEFORE_JOB[obj["kind"]], f"{obj['kind']}/{obj['metadata']['name']}"
         try:
-            client.create(BEFORE_JOB[obj["kind"]], obj)
-            made.append(f"{obj['kind']}/{obj['metadata']['name']}")
+            client.create(res, obj)
+            said.append(f"created {ref}")
+            continue
         except AlreadyExists:
-            pass
-    return made
+            if obj["kind"] not in UP_TO_DATE:
+                continue
+        update = update_for(client.get(res, obj["metadata"]["name"]), obj)
+        if update is not None:
+            client.replace(res, update)
+            fields = "/".join(UP_TO_DATE[obj["kind"]][:1])
+            said.append(f"updated {ref}: the {fields} an earlier launch of this run left "
+                        "differ from this one's")
+    return said
 
 
 def earlier_jobs(client: Client, run_id: str, new_name: str,
