@@ -8,7 +8,9 @@ from typing import Any
 import pytest
 
 from ascend_node.errors import ConfigError
+from ascend_node.handoff.mindie_startup import DEFAULT_MIES_INSTALL_PATH
 from ascend_node.jobspec.job import ManifestParams, render_job
+from ascend_node.jobspec.pd_job import PdShape, render_pd_job
 from ascend_node.launch.platform_env import FormFields, PlatformRequest, read_request
 from ascend_node.launch.platform_job import overlay
 
@@ -51,6 +53,20 @@ def test_every_pod_gets_what_the_platform_asked() -> None:
         assert server["resources"]["limits"]["ephemeral-storage"] == "20Gi"
         assert server["resources"]["limits"]["huawei.com/Ascend910"] == "8"
         assert task["template"]["metadata"]["labels"]["pipeline-name"] == "llama_finetune"
+
+
+def test_working_dir_is_the_commands_and_the_motor_daemons_keep_their_own() -> None:
+    """A PD service: --working_dir for every prefill and decode pod (the user's command);
+    the coordinator and controller keep MindIE-Motor's install directory, against which it
+    resolves its configuration's relative paths."""
+    req = read_request(ENV, FormFields(command="x", working_dir="/mnt/alice"))
+    job = overlay(render_pd_job(ManifestParams(kind="mindie", name="j", nodes=1, image="img",
+                                               pvc="pvc", run_id="r1"), PdShape()), req)
+    dirs = {t["name"]: t["template"]["spec"]["containers"][0]["workingDir"]
+            for t in job["spec"]["tasks"]}
+    assert dirs == {"coordinator": DEFAULT_MIES_INSTALL_PATH,
+                    "controller": DEFAULT_MIES_INSTALL_PATH,
+                    "prefill-0": "/mnt/alice", "decode-0": "/mnt/alice"}
 
 
 def test_the_rendered_job_is_not_changed_in_place() -> None:

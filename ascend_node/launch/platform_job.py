@@ -92,8 +92,11 @@ def overlay(job: dict[str, Any], req: PlatformRequest) -> dict[str, Any]:
         if req.pull_policy is not None:
             for c in [*spec.get("initContainers", []), *spec["containers"]]:
                 c["imagePullPolicy"] = req.pull_policy
+        # The user's command runs in --working_dir; a container whose directory the Job
+        # sets keeps it (a PD service's coordinator and controller: MindIE-Motor resolves
+        # its configuration's relative paths against its install directory).
         if req.working_dir is not None:
-            server["workingDir"] = req.working_dir
+            server.setdefault("workingDir", req.working_dir)
         # No empty `resources: {}` on a container that asks for none (a PD service's motor).
         resources = server.setdefault("resources", {}) if req.resources else {}
         for key, value in req.resources.items():
