@@ -18,7 +18,14 @@ from ascend_node.rendezvous.participant import names_of
 from ascend_node.sim.cluster import launch
 from tests.cluster_helpers import explain
 from tests.kube_apiserver import Plane
-from tests.test_kube_rendezvous import NS, admin, grant, kube_nodes, plane  # noqa: F401
+from tests.test_kube_rendezvous import (  # noqa: F401
+    NS,
+    admin,
+    grant,
+    kube_nodes,
+    plane,
+    start_on,
+)
 
 pytestmark = pytest.mark.kube
 
@@ -40,9 +47,9 @@ def test_a_pod_failing_before_its_discovery_ends_its_peers_with_5_naming_it(
     made = kube_nodes(tmp_path, plane, token, job.name, job.uid, 3, timeout=60)
     made[failing].argv = [*made[failing].argv[:3], *argv]  # python -m ascend_node ...
     made[failing].env.update(env)
-    if failing:
-        made[failing].start_delay = 2.0  # node 0 has opened its attempt (a pod's discovery)
-    results = launch(made, 120)
+    # a worker fails once node 0 has opened its attempt (node 0's own discovery is done)
+    results = launch(made, 120, on_tick=start_on(admin, job.name, made[failing])
+                     if failing else None)
     expected = [5, 5, 5]
     expected[failing] = code
     assert [r.exit_code for r in results] == expected, explain(results)

@@ -22,7 +22,7 @@ import shutil
 import signal
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Optional
 from urllib.parse import urlsplit
@@ -130,6 +130,20 @@ def opened(admin: Client, job: str, node: Optional[int] = None) -> bool:
     except NotFound:
         return False
     return True
+
+
+def start_on(admin: Client, job: str, node: SimNode,
+             slot: Optional[int] = None) -> Callable[[float, Any, Any], None]:
+    """An `on_tick` that starts `node` (its start delay `math.inf` until then) once node 0
+    has opened its attempt (`opened`), or once node `slot`'s slot exists, or once any node
+    ended (then the test's assertions say what went wrong, rather than a hang)."""
+    node.start_delay = math.inf
+
+    def tick(elapsed: float, ended: Any, _running: Any) -> None:
+        if node.start_delay == math.inf and (ended or opened(admin, job, slot)):
+            node.start_delay = elapsed
+
+    return tick
 
 
 def kube_nodes(tmp: Path, plane: Plane, token: str, job: str, uid: str, nodes: int,
@@ -348,8 +362,7 @@ def test_a_follower_that_fails_locally_ends_the_rendezvous_at_once(
     token = grant(plane, admin, job.name, 2)
     made = kube_nodes(tmp_path, plane, token, job.name, job.uid, 2, timeout=60)
     made[1].env["ASCEND_NODE_DEVICES"] = "0,x"
-    made[1].start_delay = 2.0  # node 0 has opened its attempt
-    results = launch(made, 120)
+    results = launch(made, 120, on_tick=start_on(admin, job.name, made[1]))
     assert [r.exit_code for r in results] == [5, 1], explain(results)
     assert "ASCEND_NODE_DEVICES" in results[1].cause
     assert "worker 0 (node 1)" in results[0].cause and "ASCEND_NODE_DEVICES" in \
@@ -444,10 +457,21 @@ def test_two_live_pods_claiming_one_index_end_with_5(
     # complete (without the settle it completes with the twin's document: [0, 0, 5, 0]).
     for node in (*made, twin):
         node.env["ASCEND_NODE_PROGRESS_INTERVAL"] = "5"
+    # in order, each on the event before it (not at fixed seconds a loaded machine makes
+    # wrong): node 2 publishes, the twin over it, then node 1
     made[2].start_delay = 0.3
-    twin.start_delay = 2.0
-    made[1].start_delay = 3.5
-    results = launch([*made, twin], 120)
+    twin.start_delay = made[1].start_delay = math.inf
+    slot = object_name(job.name, "node", 2)
+
+    def tick(elapsed: float, ended: Any, _running: Any) -> None:
+        if twin.start_delay == math.inf and (ended or opened(admin, job.name, 2)):
+            twin.start_delay = elapsed
+        elif twin.start_delay < math.inf and made[1].start_delay == math.inf:
+            held = json.dumps(admin.get(CONFIGMAPS, slot).get("data") or {})
+            if ended or "10.250.0.1" in held:
+                made[1].start_delay = elapsed
+
+    results = launch([*made, twin], 120, on_tick=tick)
     assert [r.exit_code for r in results] == [5, 5, 5, 5], explain(results)
     assert "two live pods claim worker 1 (node 2)" in results[0].cause, explain(results)
     assert max(r.seconds for r in results) < 45, explain(results)
