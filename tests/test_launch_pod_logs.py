@@ -46,14 +46,20 @@ class World:
     def __init__(self, pods: list[dict[str, Any]], streams: list[Any]) -> None:
         self.pods, self.streams = pods, streams
         self.opens: list[tuple[str, Optional[str]]] = []
+        self.recreate_on_open = False
 
 
 class FakeClient:
     def __init__(self, world: World) -> None:
         self.world = world
 
-    def list(self, res: Any, label_selector: Optional[str] = None) -> dict[str, Any]:
-        return {"metadata": {"resourceVersion": "1"}, "items": list(self.world.pods)}
+    def list(self, res: Any, label_selector: Optional[str] = None,
+             field_selector: Optional[str] = None) -> dict[str, Any]:
+        items = list(self.world.pods)
+        if field_selector is not None:
+            name = field_selector.removeprefix("metadata.name=")
+            items = [p for p in items if p["metadata"]["name"] == name]
+        return {"metadata": {"resourceVersion": "1"}, "items": items}
 
     def watch(self, *args: Any, **kwargs: Any) -> Iterator[dict[str, Any]]:
         time.sleep(0.05)
@@ -61,6 +67,9 @@ class FakeClient:
 
     def pod_log(self, name: str, container: str, since: Optional[str]) -> Stream:
         self.world.opens.append((name, since))
+        if self.world.recreate_on_open:  # Volcano re-creates the pod under its name now
+            self.world.recreate_on_open = False
+            self.world.pods = [pod("u2")]
         nxt = self.world.streams.pop(0) if self.world.streams else Stream([], True)
         if isinstance(nxt, Exception):
             raise nxt
@@ -123,3 +132,26 @@ def test_a_forbidden_log_is_said_once_and_given_up() -> None:
                     '"j-worker-0" in namespace "ns" (403 Forbidden); the launcher\'s Role '
                     "needs the rule {...}"]
     assert time.monotonic() - started < 5
+
+
+def test_a_reopen_that_meets_a_pod_recreated_under_its_name_reads_only_the_new_pods_log(
+        ) -> None:
+    """The log API names a pod, not its uid: the reopen of u1's stream, opened as Volcano
+    re-created the pod (u2), would be u2's log counted as u1's. u1 is given up, and u2's
+    own stream reads u2's log once, from its start."""
+    first = Stream([T.format(1, "old a")], True)
+    wrong = Stream([T.format(7, "new x"), T.format(8, "new y")], False)  # u2's, by name
+    own = Stream([T.format(7, "new x"), T.format(8, "new y")], False)
+    world = World([pod("u1")], [first, wrong, own])
+
+    def recreate_at_the_reopen() -> None:
+        while len(world.opens) < 1:
+            time.sleep(0.01)
+        world.recreate_on_open = True
+
+    threading.Thread(target=recreate_at_the_reopen, daemon=True).start()
+    out, _, logs = run(world, period_s=0.2, until=1.5)
+    assert out == ["[worker 0] old a", "[worker 0] new x", "[worker 0] new y"]
+    assert world.opens[:3] == [("j-worker-0", None), ("j-worker-0", "2025-12-05T12:00:00Z"),
+                               ("j-worker-0", None)]
+    assert logs.book.all_done()

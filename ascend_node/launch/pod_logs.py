@@ -138,10 +138,19 @@ class PodLogs:
         clean = False
         stream: Optional[LogStream] = None
         try:
-            stream = self.make_client().pod_log(op.name, container, op.since)
+            client = self.make_client()
+            stream = client.pod_log(op.name, container, op.since)
             with self.lock:
                 self.streams[op.uid] = (stream, time.monotonic())
             if self.stop.is_set():
+                return
+            if not _still_there(client, op):
+                # The log API takes a pod's name, not its uid: Volcano re-created the pod
+                # under that name since the round that asked for this stream (a RestartJob),
+                # so the stream may be the new pod's, which a stream of its own reads from its
+                # start. The pod this stream was for is deleted: its log is no longer served.
+                with self.lock:
+                    self.book.gone(op.uid)
                 return
             decoder = codecs.getincrementaldecoder("utf-8")("replace")
             while True:
@@ -176,3 +185,11 @@ class PodLogs:
             with self.lock:
                 self.streams.pop(op.uid, None)
                 self._emit(self.book.closed(op.uid, clean))
+
+
+def _still_there(client: Client, op: Open) -> bool:
+    """Whether the pod named `op.name` is still the one of `op.uid`, read after its stream was
+    opened: names are unique at any instant, so if it is, the stream opened before is its
+    own. A list by name (the launcher's Role holds pods list, not get)."""
+    listed = client.list(PODS, field_selector=f"metadata.name={op.name}").get("items") or []
+    return any((p.get("metadata") or {}).get("uid") == op.uid for p in listed)
