@@ -46,7 +46,7 @@ from ascend_node.rendezvous.kube_layout import (
     table_part,
     table_part_object,
 )
-from tests.kube_apiserver import Plane, binaries, control_plane
+from tests.kube_apiserver import Plane, binaries, control_plane, freeze
 from tests.test_kube_layout import servers
 
 pytestmark = pytest.mark.kube
@@ -373,7 +373,7 @@ def test_a_frozen_api_server_is_unanswered_and_its_return_answers(
     quick.timeout = 1.0
     quick.get(CONFIGMAPS, granted_name)  # a kept-alive connection, then the freeze
     api = plane.api
-    os.kill(api.pid, signal.SIGSTOP)
+    freeze(api.pid)
     try:
         t0 = time.monotonic()
         with pytest.raises(ApiUnanswered) as info:

@@ -347,7 +347,11 @@ def test_launch_exits_0_when_the_training_job_completes(kube_bed: Bed) -> None:
                                              f"{name}-worker-0": ("Succeeded", 0)})
         assert proc.returncode == 0, err
         assert out.splitlines()[-1] == f"job {ns}/{name} Completed"
-        assert "created ServiceAccount/" in err and "job phase Running" in err
+        assert "created ServiceAccount/" in err, err
+        # each phase change once; a phase as brief as this Running (the fake kubelets end
+        # the pods as soon as both run) may pass unprinted (docs/launch.md), so not asserted
+        phases = [x for x in err.splitlines() if "launch: job phase " in x]
+        assert len(phases) == len(set(phases)) and phases[-1].endswith("Completed"), err
     finally:
         kube_bed.purge(ns)
 

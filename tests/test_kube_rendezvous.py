@@ -43,7 +43,7 @@ from ascend_node.rendezvous.kube_layout import (
 )
 from ascend_node.sim.cluster import NodeResult, SimNode, SimSpec, launch, prepare
 from tests.cluster_helpers import explain, make_nodes
-from tests.kube_apiserver import Plane, binaries, control_plane
+from tests.kube_apiserver import Plane, binaries, control_plane, freeze
 
 pytestmark = pytest.mark.kube
 
@@ -313,7 +313,7 @@ def test_an_api_server_stopped_for_the_whole_wait_is_named_and_exit_4(
     job = JobIdentity(NS, "frozen-2", str(uuid.uuid4()))
     token = grant(plane, admin, job.name, 2)
     made = kube_nodes(tmp_path, plane, token, job.name, job.uid, 2, timeout=10)
-    os.kill(plane.api.pid, signal.SIGSTOP)
+    freeze(plane.api.pid)
     try:
         results = launch(made, 60)
     finally:
@@ -385,7 +385,7 @@ def test_an_api_server_stopped_in_the_middle_of_the_wait_lets_it_complete(
         if "stopped" not in at and (ended or (opened(admin, job.name)
                                               and opened(admin, job.name, 1))):
             at["stopped"] = elapsed  # node 0 and node 1 wait (~4 s on a quiet machine)
-            os.kill(plane.api.pid, signal.SIGSTOP)
+            freeze(plane.api.pid)
         if "stopped" in at and "resumed" not in at and elapsed >= at["stopped"] + 6.0:
             at["resumed"] = elapsed
             os.kill(plane.api.pid, signal.SIGCONT)
