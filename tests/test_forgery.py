@@ -28,6 +28,7 @@ from ascend_node.rendezvous.seal import key_id_of
 from ascend_node.sim.cluster import SimNode, SimSpec, prepare
 from tests.cluster_helpers import make_nodes
 from tests.forger import Forger, digest
+from tests.freeze import freeze
 from tests.test_faults import Proc, explain, start
 
 pytestmark = pytest.mark.multiprocess
@@ -60,7 +61,7 @@ def _start(procs: list[Proc], node: SimNode, env: Optional[dict[str, str]] = Non
 
 
 def _stop(p: Proc) -> None:
-    os.kill(p.popen.pid, signal.SIGSTOP)
+    freeze(p.popen.pid)  # every thread stopped (the volume call runs in a worker thread)
 
 
 def _cont(p: Proc) -> None:

@@ -46,7 +46,8 @@ from ascend_node.rendezvous.kube_layout import (
     table_part,
     table_part_object,
 )
-from tests.kube_apiserver import Plane, binaries, control_plane, freeze
+from tests.freeze import freeze
+from tests.kube_apiserver import Plane, binaries, control_plane
 from tests.test_kube_layout import servers
 
 pytestmark = pytest.mark.kube

@@ -43,7 +43,8 @@ from ascend_node.rendezvous.kube_layout import (
 )
 from ascend_node.sim.cluster import NodeResult, SimNode, SimSpec, launch, prepare
 from tests.cluster_helpers import explain, make_nodes
-from tests.kube_apiserver import Plane, binaries, control_plane, freeze
+from tests.freeze import freeze
+from tests.kube_apiserver import Plane, binaries, control_plane
 
 pytestmark = pytest.mark.kube
 
