@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import random
 import re
 import time
@@ -12,6 +13,7 @@ import pytest
 
 from ascend_node.ranktable import validate_rank_table
 from ascend_node.rendezvous.participant import names_of
+from ascend_node.sim.cluster import launch
 from tests.cluster_helpers import (
     attempt_doc,
     codes,
@@ -22,6 +24,7 @@ from tests.cluster_helpers import (
     shared_table,
     table_of,
 )
+from tests.forger import Forger
 
 pytestmark = pytest.mark.multiprocess
 
@@ -151,6 +154,25 @@ def test_missing_node_0_is_named_by_everyone(tmp_path):
     assert all("missing: master 0 (node 0)" in r.stderr for r in results), explain(results)
 
 
+def _start_once_contested(tmp_path, node, index=2):
+    """An `on_tick` starting `node` (until then `start_delay` inf) once the slot of node
+    `index` holds a document marked contested (both twins have published), or once any
+    node ended: not at a fixed second, which a loaded machine made too early."""
+    forger = Forger(tmp_path / "shared")
+    node.start_delay = math.inf
+
+    def tick(elapsed, ended, _running):
+        if node.start_delay != math.inf:
+            return
+        attempt = forger.read(forger.root / "attempt.json")
+        slot = attempt and forger.read(forger.root / "attempts" / str(attempt["attempt_id"])
+                                       / f"node-{index}.json")
+        if ended or (slot and slot.get("contested")):
+            node.start_delay = elapsed
+
+    return tick
+
+
 def _five_quickly(results, timeout_s, words):
     """Exit 5 for everyone, long before the timeout: the abort did not wait for it."""
     assert codes(results) == [5] * len(results), explain(results)
@@ -182,8 +204,7 @@ def test_two_live_pods_claiming_one_index_end_with_5(tmp_path):
     # the first: node 0 never completes while a slot is contested. (A twin arriving after
     # the table completed is a documented limit: it cannot be told from a re-created pod.)
     nodes[2].start_delay = 0.3
-    nodes[1].start_delay = 4.0
-    results = run([*nodes, twin])
+    results = launch([*nodes, twin], 60, on_tick=_start_once_contested(tmp_path, nodes[1]))
     _five_quickly(results, 60, "two live pods claim worker 1 (node 2)")
 
 
@@ -196,8 +217,8 @@ def test_twins_starting_together_end_with_5(tmp_path):
     twin.env["K8S_POD_IP"] = "10.250.0.1"
     twin.devices = [type(d)(d.device_id, f"10.99.0.{d.device_id + 1}") for d in twin.devices]
     twin.index = 3
-    nodes[1].start_delay = 4.0
-    _five_quickly(run([*nodes, twin]), 60, "two live pods claim worker 1 (node 2)")
+    _five_quickly(launch([*nodes, twin], 60, on_tick=_start_once_contested(tmp_path, nodes[1])),
+                  60, "two live pods claim worker 1 (node 2)")
 
 
 def test_local_failure_is_1_and_peers_exit_5_naming_it(tmp_path):
