@@ -27,8 +27,12 @@ a kubelet as the API lets a stand-in be:
   termination message file, and the probes on their schedule (tests/kubelet_bed.py's
   `ProbeSpec`/`ContainerProbes`, the kubelet's worker.go state machine).
 * **the device plugin**: a container gets NPUs only if it requests the node's NPU resource;
-  ASCEND_VISIBLE_DEVICES is its allocation; an NPU allocated to a live pod is never handed
-  to another; an init container's devices are reused by the pod's app containers
+  ASCEND_VISIBLE_DEVICES is its allocation; an NPU allocated to an active pod is never
+  handed to another, and is free once the pod is no longer active — its phase Succeeded or
+  Failed, or deleted with no container running — as the kubelet's device manager frees it
+  (`UpdateAllocatedDevices` keeps only `activePods`), not once podman has removed its
+  containers, which a loaded machine made seconds later: Volcano had already bound the
+  re-created pods there; an init container's devices are reused by the pod's app containers
   (kubernetes pkg/kubelet/cm/devicemanager/manager.go `devicesToReuse`). A pod that cannot
   be given its devices fails with `UnexpectedAdmissionError`, as the kubelet's admission
   fails it.
@@ -1025,6 +1029,8 @@ class PodWorker:
                     {"metadata": {"uid": self.uid}, "status": status})
                 self._published = text
                 self.pod["status"] = got.get("status", status)
+                if status.get("phase") in ("Succeeded", "Failed"):
+                    self.node.devices.release(self.uid)  # no longer an active pod
             except ApiError as e:
                 if e.status not in (404, 409):
                     self.agent.log(f"{self.key}: status not written: {e}")
@@ -1060,6 +1066,7 @@ class PodWorker:
                     st.exit_code, st.finished_at, st.reason = 137, now(), "Error"
                 st.ready = False
         self.publish()
+        self.node.devices.release(self.uid)  # deleted, no container running: not active
         try:
             self.node.kube.request(
                 "DELETE", f"/api/v1/namespaces/{self.ns}/pods/{self.name}",
@@ -1079,6 +1086,7 @@ class PodWorker:
                 self.cleaned = True
 
     def _cleanup(self) -> None:
+        self.node.devices.release(self.uid)  # the pod object is gone: not an active pod
         self.stop.set()
         self.gone.set()
         for ev in self.wakes.values():
@@ -1092,7 +1100,6 @@ class PodWorker:
                 self.agent.log(f"{self.key}: podman rm: {done.stderr.strip()[-300:]}")
         if self.ip:
             self.node.free_ip(self.ip)
-        self.node.devices.release(self.uid)
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
