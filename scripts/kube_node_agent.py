@@ -123,6 +123,7 @@ def service_env(host: str, port: int) -> dict[str, str]:
             f"KUBERNETES_PORT_{port}_TCP_PORT": str(port),
             f"KUBERNETES_PORT_{port}_TCP_ADDR": host}
 NPU_PREFIX = "huawei.com/Ascend"
+CONFIG_RETRY_S = 10.0  # the kubelet's pod worker back-off after a sync error (kubelet.go)
 TERMINATION_MESSAGE_MAX = 4096  # kubelet: MaxContainerTerminationMessageLength
 FALLBACK_LOG_BYTES = 2048  # MaxContainerTerminationMessageLogLength
 FALLBACK_LOG_LINES = 80  # MaxContainerTerminationMessageLogLines
@@ -575,9 +576,31 @@ class PodWorker:
         shutil.rmtree(self.dir, ignore_errors=True)
         self.dir.mkdir(parents=True)
         self.write_hosts()
-        # all containers' podman arguments before any runs: a bad reference fails the pod
-        # before anything started (the kubelet too reports CreateContainerConfigError).
-        argvs = self.prepare()
+        # all containers' podman arguments before any runs: a missing reference leaves the
+        # pod Pending, its containers waiting `CreateContainerConfigError`, and is tried again
+        # after the pod worker's back-off, as the kubelet does (kubernetes v1.30.2
+        # pkg/kubelet/pod_workers.go: a sync error requeues the pod after `backOffPeriod`,
+        # 10 s in kubelet.go) — not a failed pod: Volcano would restart the whole job.
+        containers = [*self.inits, *self.sidecars, *self.apps]
+        first = [(c.waiting, c.waiting_message) for c in containers]
+        while True:
+            try:
+                argvs = self.prepare()
+                break
+            except PodError as e:
+                if e.reason != "CreateContainerConfigError":
+                    raise
+                with self.lock:
+                    for c in containers:
+                        c.waiting, c.waiting_message = e.reason, str(e)
+                self.agent.log(f"{self.key}: {e.reason}: {e}; tried again in "
+                               f"{CONFIG_RETRY_S:g} s")
+                self.publish()
+                if self.stop.wait(CONFIG_RETRY_S):
+                    return
+        with self.lock:
+            for c, (waiting, message) in zip(containers, first):
+                c.waiting, c.waiting_message = waiting, message
         self.slow_pull()
         if self.stop.is_set():
             return
