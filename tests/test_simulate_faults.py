@@ -149,5 +149,7 @@ def test_simulate_json_into_a_closed_pipe_ends_quietly_and_cleans_up(tmp_path):
         os.close(write_end)
     assert done.returncode == 141
     assert done.stderr.startswith("simulate: starting 1 node x 1 NPUs in ")
-    assert len(done.stderr.splitlines()) == 1, done.stderr  # no error, no traceback
+    # no error, no traceback: its own lines only (a progress line on a loaded machine)
+    assert all(x.startswith("simulate: ") and "error" not in x
+               for x in done.stderr.splitlines()), done.stderr
     assert not list(tmp_path.glob("ascend-node-sim-*"))

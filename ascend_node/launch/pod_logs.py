@@ -128,10 +128,10 @@ class PodLogs:
             assert state is not None
             reader = threading.Thread(target=self._read, args=(op, state.container),
                                       name=f"log-{op.name}", daemon=True)
-            with self.lock:
+            with self.lock:  # started before `finish` can see it: join needs a started thread
                 self.readers = [r for r in self.readers if r.is_alive()]
+                reader.start()
                 self.readers.append(reader)
-            reader.start()
 
     # -- one stream ----------------------------------------------------------------------
     def _read(self, op: Open, container: str) -> None:
